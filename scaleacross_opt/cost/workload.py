@@ -1,0 +1,71 @@
+"""The per-op durations of one training step: the contract between the cost model and the simulator.
+
+``cost.step.build_workload(instance, plan)`` fills a ``StepWorkload``; the closed-form estimate and
+the discrete-event simulator both consume it, so they differ only in how they compose the ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LinkShare:
+    """A directed path one replica's pipeline transfers use, as seen by that one replica.
+
+    ``bandwidth_bytes_per_s`` is this replica's share of the effective bandwidth (after the network
+    layer's efficiency) when every replica that crosses the same path transfers at once; transfers of
+    the same replica that overlap on it share it further (the simulator models that).
+    """
+
+    src_building: str
+    dst_building: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+    def transfer_s(self, num_bytes: float) -> float:
+        """Time of one transfer with the path to itself: latency + bytes ÷ bandwidth."""
+        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class PipelineGroup:
+    """Replicas whose pipelines have the same stage → building map (same speeds, same links).
+
+    Arrays have shape (pp, virtual_stages): seconds per micro-batch for stage s, chunk c, including
+    the exposed part of TP/CP/EP communication and any recompute.
+    """
+
+    name: str
+    stage_building: tuple[str, ...]
+    fwd_s: np.ndarray
+    bwd_input_s: np.ndarray
+    bwd_weight_s: np.ndarray
+    num_replicas: int
+
+    @property
+    def bwd_s(self) -> np.ndarray:
+        """Full backward (input-grad + weight-grad) per micro-batch."""
+        return self.bwd_input_s + self.bwd_weight_s
+
+
+@dataclass(frozen=True)
+class StepWorkload:
+    """Everything needed to time one step of a plan."""
+
+    schedule: str
+    pp: int
+    virtual_stages: int
+    num_microbatches: int
+    groups: tuple[PipelineGroup, ...]
+    p2p_bytes: float  # activation (forward) or activation-gradient (backward) bytes per micro-batch per boundary
+    links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
+    dp_sync_s: np.ndarray  # (pp, v): exposed-if-alone time to sync one chunk's gradients across DP
+    optimizer_s: float  # optimizer step (after all gradient syncs)
+    exposed_comm_s: dict[str, float]  # per class (tp, cp, ep): exposed time per step on the slowest stage, already inside fwd/bwd
+
+    def link(self, src: str, dst: str) -> LinkShare:
+        """The path from building ``src`` to ``dst``."""
+        return self.links[(src, dst)]

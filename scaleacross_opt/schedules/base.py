@@ -1,0 +1,61 @@
+"""The pipeline-schedule interface every schedule module implements.
+
+A schedule turns (pp stages, v chunks per stage, m micro-batches) into the op order of each stage.
+Ops are F (forward), B (backward; input-gradient only when the schedule splits backward) and W
+(weight-gradient, split schedules only). The cost model uses the closed forms; the simulator
+executes ``stage_ops``; both enumerate schedules through ``registry``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar
+
+
+class OpKind(IntEnum):
+    """Kinds of pipeline compute ops."""
+
+    F = 0  # forward of one chunk for one micro-batch
+    B = 1  # backward (input-grad only if splits_backward, else full backward)
+    W = 2  # weight-grad (only when splits_backward)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One compute op of one stage: kind, micro-batch index, model-chunk index (0..v-1)."""
+
+    kind: OpKind
+    microbatch: int
+    chunk: int
+
+
+class PipelineSchedule(ABC):
+    """A pipeline schedule. Subclasses register themselves with ``registry.register``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    splits_backward: ClassVar[bool] = False  # B is input-grad only and W ops exist
+
+    def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
+        """Why this schedule cannot run (pp, v, m), or None when it can."""
+        if virtual_stages != 1:
+            return f"{self.name} supports virtual_stages=1 only, got {virtual_stages}"
+        return None
+
+    def chunk_stage(self, pp: int, virtual_stages: int, chunk: int, stage: int) -> int:
+        """Position of (chunk, stage) in the model's layer order, 0..pp·v-1 (default: chunk-major)."""
+        return chunk * pp + stage
+
+    @abstractmethod
+    def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
+        """Op order of every stage (index = stage)."""
+
+    @abstractmethod
+    def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""
+
+    @abstractmethod
+    def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""

@@ -1,0 +1,107 @@
+"""Cluster description: buildings of GPUs and the links between them.
+
+Buildings without a direct link reach each other over the lowest-latency multi-hop path; such a
+path has the bottleneck bandwidth, the summed latency and the combined loss of its links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+from pydantic import Field
+
+from .base import StrictModel
+from .gpu import GpuSpec
+
+
+class Building(StrictModel):
+    """One building (or region): a homogeneous pool of GPUs on a non-blocking-ish fabric."""
+
+    name: str = Field(min_length=1, description="Unique building name.")
+    gpu: GpuSpec | str = Field(description="GPU catalog name (see `catalog.gpus`) or an inline GPU spec.")
+    num_gpus: int = Field(ge=1, description="GPUs available for the job in this building.")
+    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per server node.")
+    fabric_oversubscription: float = Field(
+        default=1.0, ge=1.0, description="Oversubscription of the building's scale-out fabric (1 = 1:1 Clos)."
+    )
+    fabric_latency_us: float | None = Field(
+        default=None, gt=0, description="One-way latency across the building fabric, µs; default from the catalog."
+    )
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The resolved GPU spec (the loader replaces catalog names by specs)."""
+        if isinstance(self.gpu, str):
+            from ..catalog.gpus import gpu_by_name
+
+            return gpu_by_name(self.gpu)
+        return self.gpu
+
+
+class Link(StrictModel):
+    """A bidirectional link bundle between two buildings; bandwidth is per direction, in aggregate."""
+
+    a: str = Field(min_length=1, description="Name of one end's building.")
+    b: str = Field(min_length=1, description="Name of the other end's building.")
+    bandwidth_gbps: float = Field(gt=0, description="Aggregate bandwidth per direction, Gb/s.")
+    latency_us: float = Field(gt=0, description="One-way propagation + switching latency, µs.")
+    loss_rate: float = Field(default=0.0, ge=0.0, lt=1.0, description="Packet loss probability in [0, 1).")
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path between two buildings as one virtual link."""
+
+    buildings: tuple[str, ...]
+    bandwidth_gbps: float
+    latency_us: float
+    loss_rate: float
+
+
+class Cluster(StrictModel):
+    """All buildings available to the job and the links between them."""
+
+    buildings: list[Building] = Field(min_length=1, description="Buildings, in pipeline order preference.")
+    links: list[Link] = Field(default_factory=list, description="Links between buildings.")
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """Buildings as nodes, links as edges (attributes: bandwidth_gbps, latency_us, loss_rate)."""
+        graph = nx.Graph()
+        graph.add_nodes_from(b.name for b in self.buildings)
+        for link in self.links:
+            graph.add_edge(
+                link.a, link.b, bandwidth_gbps=link.bandwidth_gbps, latency_us=link.latency_us,
+                loss_rate=link.loss_rate,
+            )
+        return graph
+
+    def building(self, name: str) -> Building:
+        """The building called ``name`` (KeyError if none)."""
+        for candidate in self.buildings:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(name)
+
+    def route(self, a: str, b: str) -> Route:
+        """Lowest-latency path from ``a`` to ``b``: bottleneck bandwidth, summed latency, combined loss."""
+        if a == b:
+            return Route((a,), float("inf"), 0.0, 0.0)
+        path = nx.shortest_path(self.graph, a, b, weight="latency_us")
+        edges = [self.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+        delivered = 1.0
+        for edge in edges:
+            delivered *= 1.0 - edge["loss_rate"]
+        return Route(
+            buildings=tuple(path),
+            bandwidth_gbps=min(e["bandwidth_gbps"] for e in edges),
+            latency_us=sum(e["latency_us"] for e in edges),
+            loss_rate=1.0 - delivered,
+        )
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs over all buildings."""
+        return sum(b.num_gpus for b in self.buildings)

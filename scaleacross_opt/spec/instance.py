@@ -1,0 +1,49 @@
+"""An instance: the cluster, the job and optional restrictions of the search space."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .base import StrictModel
+from .cluster import Cluster
+from .job import Job
+from .network import CollectiveAlgorithm, CongestionControl, LoadBalancing, LossRecovery
+from .plan import CrossBuilding, Recompute
+
+
+class SearchSpace(StrictModel):
+    """Restrictions of the plan space; an omitted field leaves that choice free."""
+
+    tp_degrees: list[int] | None = Field(default=None, description="Allowed TP degrees.")
+    cp_degrees: list[int] | None = Field(default=None, description="Allowed CP degrees.")
+    pp_degrees: list[int] | None = Field(default=None, description="Allowed PP degrees.")
+    ep_degrees: list[int] | None = Field(default=None, description="Allowed EP degrees.")
+    virtual_stages: list[int] | None = Field(default=None, description="Allowed model chunks per stage.")
+    micro_batch_sizes: list[int] | None = Field(default=None, description="Allowed micro-batch sizes.")
+    schedules: list[str] | None = Field(default=None, description="Allowed pipeline schedule names.")
+    recompute: list[Recompute] | None = Field(default=None, description="Allowed recompute modes.")
+    zero_stages: list[int] | None = Field(default=None, description="Allowed ZeRO stages (0..3).")
+    cross_building: list[CrossBuilding] | None = Field(default=None, description="Allowed cross-building dims.")
+    collective_algorithms: list[CollectiveAlgorithm] | None = Field(
+        default=None, description="Allowed collective algorithms (both traffic classes)."
+    )
+    load_balancing: list[LoadBalancing] | None = Field(default=None, description="Allowed load balancing.")
+    congestion_control: list[CongestionControl] | None = Field(default=None, description="Allowed congestion control.")
+    loss_recovery: list[LossRecovery] | None = Field(default=None, description="Allowed loss recovery.")
+    qps_per_connection: list[int] | None = Field(default=None, description="Allowed QPs per connection.")
+    window_kib_per_qp: list[int] | None = Field(default=None, description="Allowed windows per QP, KiB.")
+
+
+class Instance(StrictModel):
+    """A planning problem."""
+
+    name: str = Field(default="", description="Short identifier.")
+    description: str = Field(default="", description="What design point the instance represents.")
+    cluster: Cluster = Field(description="Buildings and links.")
+    job: Job = Field(description="Model, sequence length, batch.")
+    search: SearchSpace = Field(default_factory=SearchSpace, description="Restrictions of the search space.")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the job uses."""
+        return self.job.num_gpus or self.cluster.total_gpus

@@ -1,0 +1,50 @@
+"""Transformer architecture description (decoder-only, GQA attention, SwiGLU MLP, optional MoE)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .base import StrictModel
+
+
+class MoeSpec(StrictModel):
+    """Mixture-of-experts feed-forward layers (top-k routed experts plus always-on shared experts)."""
+
+    num_experts: int = Field(ge=2, description="Routed experts per MoE layer.")
+    top_k: int = Field(ge=1, description="Routed experts each token is sent to.")
+    expert_ffn_hidden_size: int = Field(ge=1, description="FFN hidden size of one expert.")
+    num_shared_experts: int = Field(default=0, ge=0, description="Shared experts every token uses.")
+    first_dense_layers: int = Field(
+        default=0, ge=0, description="Leading layers that use a dense MLP instead of MoE."
+    )
+
+
+class ModelSpec(StrictModel):
+    """A decoder-only transformer. Dense MLP layers use ``ffn_hidden_size`` (SwiGLU: 3 matrices)."""
+
+    name: str = Field(description="Identifier, e.g. 'llama3-70b'.", min_length=1)
+    layers: int = Field(ge=1, description="Number of transformer layers.")
+    hidden_size: int = Field(ge=1, description="Model (residual stream) width h.")
+    ffn_hidden_size: int = Field(ge=1, description="Hidden size of the dense MLP.")
+    num_heads: int = Field(ge=1, description="Query attention heads.")
+    num_kv_heads: int = Field(ge=1, description="Key/value heads (GQA); equal to num_heads for MHA.")
+    head_dim: int | None = Field(
+        default=None, ge=1, description="Per-head dimension; default hidden_size / num_heads."
+    )
+    vocab_size: int = Field(ge=1, description="Vocabulary size (embedding and LM-head rows).")
+    tied_embeddings: bool = Field(default=False, description="LM head shares the embedding matrix.")
+    gated_mlp: bool = Field(
+        default=True, description="SwiGLU (3 matrices) if true, GeLU MLP (2 matrices) if false."
+    )
+    moe: MoeSpec | None = Field(default=None, description="MoE settings; absent for a dense model.")
+    source: str = Field(default="", description="Paper or config the architecture comes from.")
+
+    @property
+    def head_dim_resolved(self) -> int:
+        """Per-head dimension, defaulting to hidden_size / num_heads."""
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return 0 if self.moe is None else self.layers - self.moe.first_dense_layers

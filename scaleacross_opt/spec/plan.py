@@ -1,0 +1,79 @@
+"""A training plan: parallel degrees, schedule, placement onto buildings, network settings.
+
+Grid convention: a model replica is tp·cp·pp GPUs (EP reuses the dp·cp ranks of MoE layers);
+dp replicas make up the job. The placement says which of pp / dp is split across buildings.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from .base import StrictModel
+from .network import NetworkConfig
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute attention core (softmax/dropout) only
+    FULL = "full"  # keep layer inputs only, recompute the whole forward in backward
+
+
+class CrossBuilding(StrEnum):
+    """Which parallel dimension is split across building boundaries (TP, CP and EP never are)."""
+
+    NONE = "none"  # everything inside one building
+    PP = "pp"  # each pipeline spans buildings; every building holds some stages of every replica
+    DP = "dp"  # each replica inside one building; buildings hold different replicas
+    PP_DP = "pp+dp"  # buildings form groups; pipelines span the buildings of a group
+
+
+class BuildingShare(StrictModel):
+    """The part of the GPU grid one building holds: ``pp_stages`` consecutive stages of ``dp_replicas``."""
+
+    building: str = Field(min_length=1, description="Building name.")
+    group: int = Field(
+        default=0, ge=0,
+        description="Pipeline group (pp+dp only): buildings of one group chain their stages in list order.",
+    )
+    dp_replicas: int = Field(ge=1, description="Data-parallel replicas (or replicas' stages) held here.")
+    pp_stages: int = Field(ge=1, description="Consecutive pipeline stages of each of those replicas held here.")
+
+
+class Placement(StrictModel):
+    """How the tp×cp×pp×dp grid maps onto buildings, and how layers map onto stages."""
+
+    cross_building: CrossBuilding = Field(description="Dimension split across buildings.")
+    buildings: list[BuildingShare] = Field(min_length=1, description="Share of the grid per building.")
+    layers_per_stage: list[int] = Field(
+        min_length=1, description="Transformer layers held by each pipeline stage (length pp, sum = layers)."
+    )
+
+
+class Plan(StrictModel):
+    """A complete plan. ``placement`` and ``network`` may be omitted: defaults are filled in."""
+
+    tp: int = Field(ge=1, description="Tensor-parallel degree (with sequence parallelism), inside NVLink.")
+    cp: int = Field(default=1, ge=1, description="Context-parallel degree (sequence split, ring attention).")
+    pp: int = Field(ge=1, description="Pipeline-parallel degree (stages).")
+    dp: int = Field(ge=1, description="Data-parallel degree (replicas).")
+    ep: int = Field(default=1, ge=1, description="Expert-parallel degree for MoE layers; divides dp·cp.")
+    virtual_stages: int = Field(default=1, ge=1, description="Model chunks per pipeline stage (interleaving).")
+    micro_batch_size: int = Field(ge=1, description="Sequences per micro-batch.")
+    schedule: str = Field(description="Pipeline schedule name (see `scaleacross_opt.schedules`).")
+    recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
+    zero_stage: int = Field(default=1, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer, 2 +grads, 3 +weights.")
+    placement: Placement | None = Field(default=None, description="Mapping onto buildings; default filled in.")
+    network: NetworkConfig | None = Field(default=None, description="Network settings; default from the catalog.")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the plan occupies."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """Micro-batches per replica per step (global batch ÷ (dp · micro-batch size))."""
+        return global_batch_size // (self.dp * self.micro_batch_size)
