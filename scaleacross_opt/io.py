@@ -1,0 +1,174 @@
+"""Loading instance, plan and model files (YAML or JSON) into validated spec objects.
+
+Every problem becomes an ``InputIssue`` naming the file, the field path and the reason; the
+loader collects all of them (schema errors first, semantic checks when the schema is valid).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .catalog.gpus import GPUS
+from .errors import InputError, InputIssue
+from .spec import Instance, ModelSpec, Plan
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+# Union-branch tags pydantic inserts into error locations; they are not field names.
+_UNION_TAGS = {"str", "int", "float", "GpuSpec", "ModelSpec"}
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def read_document(path: Path) -> Any:
+    """Parse a YAML or JSON file (JSON is YAML, but JSON files get JSON's clearer messages)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise InputError([InputIssue(str(path), "", f"cannot read file: {err.strerror or err}")]) from None
+    try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise InputError([InputIssue(str(path), "", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {err}")]) from None
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic location as ``cluster.buildings[0].num_gpus``, dropping union-branch tags."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part not in _UNION_TAGS and not part.startswith("function-"):
+            out += f".{part}" if out else part
+    return out
+
+
+def validation_issues(file: str, error: ValidationError) -> list[InputIssue]:
+    """One issue per distinct field, skipping the noise of union branches the input did not take."""
+    issues: dict[str, InputIssue] = {}
+    for err in error.errors(include_url=False):
+        path = field_path(err["loc"])
+        took_other_branch = "str" in err["loc"] and err["type"] == "string_type"
+        if took_other_branch and any(p.startswith(path) for p in issues):
+            continue
+        issues.setdefault(path, InputIssue(file, path, err["msg"]))
+    return [
+        issue for path, issue in issues.items()
+        if not (issue.message.startswith("Input should be a valid string") and any(
+            other != path and other.startswith(path) for other in issues))
+    ]
+
+
+def parse_spec(cls: type[SpecT], data: Any, file: str) -> SpecT:
+    """Validate ``data`` as ``cls`` or raise InputError naming ``file``."""
+    if not isinstance(data, dict):
+        raise InputError([InputIssue(file, "", f"expected a mapping at the top level, got {type(data).__name__}")])
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise InputError(validation_issues(file, err)) from None
+
+
+def _model_candidates(name: str, base_dir: Path) -> list[Path]:
+    return [base_dir / "models" / f"{name}.yaml", base_dir.parent / "models" / f"{name}.yaml",
+            MODELS_DIR / f"{name}.yaml"]
+
+
+def resolve_references(data: Any, file: str, base_dir: Path) -> tuple[Any, list[InputIssue]]:
+    """Replace a job's model name by the model file's content and GPU names by catalog specs."""
+    issues: list[InputIssue] = []
+    if not isinstance(data, dict):
+        return data, issues
+    job = data.get("job")
+    if isinstance(job, dict) and isinstance(job.get("model"), str):
+        name = job["model"]
+        found = next((p for p in _model_candidates(name, base_dir) if p.is_file()), None)
+        if found is None:
+            issues.append(InputIssue(file, "job.model", f"unknown model {name!r}: no {name}.yaml in models/"))
+        else:
+            model = load_model(found)
+            job["model"] = model.model_dump(mode="json")
+    cluster = data.get("cluster")
+    buildings = cluster.get("buildings") if isinstance(cluster, dict) else None
+    if isinstance(buildings, list):
+        for i, building in enumerate(buildings):
+            if isinstance(building, dict) and isinstance(building.get("gpu"), str):
+                gpu = GPUS.get(building["gpu"])
+                if gpu is None:
+                    issues.append(InputIssue(
+                        file, f"cluster.buildings[{i}].gpu",
+                        f"unknown GPU {building['gpu']!r}; known: {', '.join(sorted(GPUS))}"))
+                else:
+                    building["gpu"] = gpu.model_dump(mode="json")
+    return data, issues
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    """Load and check a model file."""
+    path = Path(path)
+    model = parse_spec(ModelSpec, read_document(path), str(path))
+    from .validation.instance_checks import check_model
+
+    issues = [InputIssue(str(path), field, msg) for field, msg in check_model(model, prefix="")]
+    if issues:
+        raise InputError(issues)
+    return model
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Load an instance file, resolve model/GPU names, and run the semantic checks."""
+    path = Path(path)
+    data, issues = resolve_references(read_document(path), str(path), path.parent)
+    if issues:
+        raise InputError(issues)
+    return check_loaded_instance(parse_spec(Instance, data, str(path)), str(path))
+
+
+def check_loaded_instance(instance: Instance, file: str) -> Instance:
+    """Run the semantic checks on an already-parsed instance; raise InputError listing all problems."""
+    from .validation.instance_checks import check_instance
+
+    issues = [InputIssue(file, field, msg) for field, msg in check_instance(instance)]
+    if issues:
+        raise InputError(issues)
+    return instance
+
+
+def load_plan(path: str | Path, instance: Instance | None = None) -> Plan:
+    """Load a plan file (JSON or YAML; a `solve --json` output's "plan" key is accepted too).
+
+    With ``instance``, defaults are filled and the plan is checked against it.
+    """
+    path = Path(path)
+    data = read_document(path)
+    if isinstance(data, dict) and "plan" in data and isinstance(data["plan"], dict):
+        data = data["plan"]
+    plan = parse_spec(Plan, data, str(path))
+    if instance is None:
+        return plan
+    from .plan_defaults import fill_defaults
+    from .validation.plan_checks import check_plan
+
+    problems = check_plan(plan, instance)
+    if not problems:
+        try:
+            plan = fill_defaults(instance, plan)
+        except ValueError as err:
+            raise InputError([InputIssue(str(path), "placement", str(err))]) from None
+        problems = check_plan(plan, instance)
+    if problems:
+        raise InputError([InputIssue(str(path), field, msg) for field, msg in problems])
+    return plan
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file so a failure never leaves half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
