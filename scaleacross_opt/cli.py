@@ -61,7 +61,8 @@ def main(debug: bool) -> None:
 
 
 def _document_kind(data: Any) -> str:
-    if isinstance(data, dict) and ("cluster" in data or "job" in data):
+    if isinstance(data, dict) and {"name", "description", "cluster", "job", "search"} & set(data) \
+            and "hidden_size" not in data:
         return "instance"
     if isinstance(data, dict) and "hidden_size" in data:
         return "model"

@@ -7,6 +7,7 @@ loader collects all of them (schema errors first, semantic checks when the schem
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +22,8 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 # Union-branch tags pydantic inserts into error locations; they are not field names.
 _UNION_TAGS = {"str", "int", "float", "GpuSpec", "ModelSpec"}
 
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
@@ -30,12 +33,21 @@ def read_document(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise InputError([InputIssue(str(path), "", f"cannot read file: {err.strerror or err}")]) from None
+    except UnicodeDecodeError as err:
+        raise InputError([InputIssue(str(path), "", f"cannot read file: not UTF-8 text ({err.reason} at "
+                                                    f"byte {err.start})")]) from None
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
         return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise InputError([InputIssue(str(path), "", f"not valid {path.suffix.lstrip('.') or 'YAML'}: {err}")]) from None
+    except json.JSONDecodeError as err:
+        raise InputError([InputIssue(str(path), "", f"not valid JSON: {err.msg} (line {err.lineno}, "
+                                                    f"column {err.colno})")]) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError([InputIssue(str(path), "", f"not valid YAML: {problem}{where}")]) from None
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -88,8 +100,12 @@ def resolve_references(data: Any, file: str, base_dir: Path) -> tuple[Any, list[
     job = data.get("job")
     if isinstance(job, dict) and isinstance(job.get("model"), str):
         name = job["model"]
-        found = next((p for p in _model_candidates(name, base_dir) if p.is_file()), None)
-        if found is None:
+        found = None if not _MODEL_NAME.fullmatch(name) else next(
+            (p for p in _model_candidates(name, base_dir) if p.is_file()), None)
+        if not _MODEL_NAME.fullmatch(name):
+            issues.append(InputIssue(file, "job.model", f"model name {name!r} must be a file name in models/ "
+                                                        "(letters, digits, '.', '-', '_'; no path)"))
+        elif found is None:
             issues.append(InputIssue(file, "job.model", f"unknown model {name!r}: no {name}.yaml in models/"))
         else:
             model = load_model(found)

@@ -1,0 +1,1 @@
+"""Discrete-event step simulator (engine) and its report / trace front end."""

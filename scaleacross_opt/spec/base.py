@@ -8,4 +8,4 @@ from pydantic import BaseModel, ConfigDict
 class StrictModel(BaseModel):
     """A pydantic model that forbids unknown fields and cannot be mutated after validation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False)

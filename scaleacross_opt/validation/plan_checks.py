@@ -108,7 +108,9 @@ def check_placement(plan: Plan, instance: Instance) -> Problems:
                                     f"× tp·cp {plan.tp * plan.cp}) but {share.building!r} has {building.num_gpus}"))
         domain = building.gpu_spec.nvlink_domain_size
         if plan.tp > domain or domain % plan.tp:
-            problems.append(("tp", f"tp={plan.tp} does not fit the NVLink domain ({domain}) of {share.building!r}"))
+            problem = ("tp", f"tp={plan.tp} does not fit the NVLink domain ({domain}) of {building.gpu_spec.name}")
+            if problem not in problems:
+                problems.append(problem)
         if plan.ep > 1 and (share.dp_replicas * plan.cp) % plan.ep:
             problems.append((f"{field}.dp_replicas",
                              f"EP group of {plan.ep} would cross buildings: {share.building!r} holds "

@@ -1,0 +1,299 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, allowance; plus the plan's layout.
+
+Bytes per parameter follow ZeRO (Rajbhandari et al. 2020): 2 (bf16 weights) + 2 (bf16 grads) + 12
+(fp32 master, Adam m and v); ZeRO stage 1 shards the 12 over the data-parallel group (dp·cp ranks;
+dp·cp/ep for expert weights), stage 2 also the grads, stage 3 also the weights.
+
+Activations per layer and micro-batch follow Korthikanti et al. 2022 (§4): s·b·h·(34 + 5·a·s/h)
+bytes for a GPT layer without parallelism, ÷t with tensor + sequence parallelism, 34·s·b·h/t with
+selective recompute, 2·s·b·h/t (layer input only) with full recompute. ``activation_bytes_per_layer``
+generalises the 34 to GQA and SwiGLU/MoE MLPs term by term (it gives exactly 34 for a GPT layer);
+context parallelism divides s. Flash attention never stores the s×s scores (coefficient
+``FLASH_ATTENTION``). Activations are multiplied by the schedule's micro-batches in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog import coefficients as co
+from ..schedules.registry import get_schedule
+from ..spec.instance import Instance
+from ..spec.job import Precision
+from ..spec.model import ModelSpec
+from ..spec.plan import CrossBuilding, Plan, Recompute
+from .compute import LayerKind, layer_kinds
+
+GIB = float(1 << 30)
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout of the plan: which layers each (stage, chunk) holds, which building each stage is in
+# --------------------------------------------------------------------------------------------------
+
+
+def require_filled(plan: Plan) -> None:
+    """Raise ValueError unless ``plan.placement`` and ``plan.network`` are filled in."""
+    if plan.placement is None or plan.network is None:
+        raise ValueError("plan.placement and plan.network must be filled (plan_defaults.fill_defaults)")
+    if len(plan.placement.layers_per_stage) != plan.pp:
+        raise ValueError(f"layers_per_stage has {len(plan.placement.layers_per_stage)} entries, pp={plan.pp}")
+
+
+def chunk_layer_kinds(model: ModelSpec, plan: Plan) -> list[list[list[LayerKind]]]:
+    """Kinds of the layers held by [stage][chunk], in model order given the schedule's chunk mapping.
+
+    Stage s's layers are split over its v chunks as evenly as possible (the first chunks get one more).
+    """
+    require_filled(plan)
+    assert plan.placement is not None
+    pp, v = plan.pp, plan.virtual_stages
+    schedule = get_schedule(plan.schedule)
+    counts = [[0] * v for _ in range(pp)]
+    for s, n in enumerate(plan.placement.layers_per_stage):
+        for c in range(v):
+            counts[s][c] = n // v + (1 if c < n % v else 0)
+    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
+    kinds = layer_kinds(model)
+    if sum(counts[s][c] for _, s, c in order) != len(kinds):
+        raise ValueError(
+            f"layers_per_stage sums to {sum(plan.placement.layers_per_stage)}, model has {len(kinds)}"
+        )
+    out: list[list[list[LayerKind]]] = [[[] for _ in range(v)] for _ in range(pp)]
+    start = 0
+    for _, s, c in order:
+        out[s][c] = kinds[start : start + counts[s][c]]
+        start += counts[s][c]
+    return out
+
+
+def model_order(plan: Plan) -> list[tuple[int, int]]:
+    """(stage, chunk) pairs in the order a micro-batch's forward visits them."""
+    schedule = get_schedule(plan.schedule)
+    pp, v = plan.pp, plan.virtual_stages
+    return [
+        sc
+        for _, sc in sorted((schedule.chunk_stage(pp, v, c, s), (s, c)) for s in range(pp) for c in range(v))
+    ]
+
+
+def stage_maps(plan: Plan) -> list[tuple[tuple[str, ...], int]]:
+    """Distinct stage → building maps of the plan's pipelines with their replica counts.
+
+    none/dp: each share holds whole replicas in one building; pp: shares chain their stages in list
+    order and hold all dp replicas; pp+dp: the shares of one group chain their stages and the group
+    holds its dp_replicas (that of its first share). Identical maps are merged.
+    """
+    require_filled(plan)
+    placement = plan.placement
+    assert placement is not None
+    maps: dict[tuple[str, ...], int] = {}
+    if placement.cross_building in (CrossBuilding.NONE, CrossBuilding.DP):
+        for share in placement.buildings:
+            key = (share.building,) * plan.pp
+            maps[key] = maps.get(key, 0) + share.dp_replicas
+    else:
+        groups: dict[int, list] = {}
+        for share in placement.buildings:
+            groups.setdefault(0 if placement.cross_building is CrossBuilding.PP else share.group, []).append(
+                share
+            )
+        for shares in groups.values():
+            key = tuple(b for share in shares for b in [share.building] * share.pp_stages)
+            if len(key) != plan.pp:
+                raise ValueError(
+                    f"buildings {[s.building for s in shares]} hold {len(key)} stages, pp={plan.pp}"
+                )
+            replicas = plan.dp if placement.cross_building is CrossBuilding.PP else shares[0].dp_replicas
+            maps[key] = maps.get(key, 0) + replicas
+    if sum(maps.values()) != plan.dp:
+        raise ValueError(f"placement holds {sum(maps.values())} replicas, dp={plan.dp}")
+    return list(maps.items())
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters one GPU holds, split by how ZeRO shards them (dense over dp·cp, experts over dp·cp/ep)."""
+
+    dense: float
+    expert: float
+
+    def __add__(self, other: ParamCount) -> ParamCount:
+        return ParamCount(self.dense + other.dense, self.expert + other.expert)
+
+
+def layer_params(model: ModelSpec, kind: LayerKind, tp: int, ep: int) -> ParamCount:
+    """Parameters of one layer on one GPU: attention/tp, MLP/tp, experts/(ep·tp), norms and router whole."""
+    h, hd = model.hidden_size, model.head_dim_resolved
+    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    mats = 3 if model.gated_mlp else 2
+    dense = (h * (q + 2 * kv) + q * h) / tp + 2 * h
+    if kind is LayerKind.DENSE:
+        return ParamCount(dense + mats * h * model.ffn_hidden_size / tp, 0.0)
+    moe = model.moe
+    assert moe is not None
+    shared = moe.num_shared_experts * mats * h * moe.expert_ffn_hidden_size / tp
+    experts = max(1.0, moe.num_experts / ep) * mats * h * moe.expert_ffn_hidden_size / tp
+    return ParamCount(dense + shared + h * moe.num_experts, experts)
+
+
+def embedding_params(model: ModelSpec, tp: int) -> float:
+    """Embedding (or LM head) parameters on one GPU: V·h/tp."""
+    return model.vocab_size * model.hidden_size / tp
+
+
+def stage_params(model: ModelSpec, plan: Plan, stage: int) -> list[ParamCount]:
+    """Parameters per chunk of ``stage`` on one GPU, embedding and LM head included where they live."""
+    kinds = chunk_layer_kinds(model, plan)
+    order = model_order(plan)
+    out = []
+    for c, chunk in enumerate(kinds[stage]):
+        total = ParamCount(0.0, 0.0)
+        for kind in chunk:
+            total = total + layer_params(model, kind, plan.tp, plan.ep)
+        heads = 0.0
+        if (stage, c) == order[0]:
+            heads += embedding_params(model, plan.tp)
+        if (stage, c) == order[-1] and not (model.tied_embeddings and len(order) == 1):
+            heads += embedding_params(model, plan.tp)
+        out.append(total + ParamCount(heads, 0.0))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations
+# --------------------------------------------------------------------------------------------------
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    kind: LayerKind,
+    seq_len: int,
+    micro_batch: int,
+    tp: int,
+    cp: int,
+    recompute: Recompute,
+    precision: Precision = Precision.BF16,
+) -> float:
+    """Stored activation bytes of one layer for one micro-batch on one GPU (TP with SP, CP).
+
+    Per token (units of h bytes; Korthikanti's terms): norms 4, QKV input 2, Q and K 2(q+kv)/h, V 2kv/h,
+    output-projection input 2q/h, dropout mask 1; MLP input 2, hidden 6f/h (SwiGLU gate, up, product) or
+    4f/h + mask 1 (GeLU); MoE: routed part × top_k plus shared experts; scores 5·a·s/h unless flash.
+    GPT (q = kv = h, f = 4h, GeLU): 34 + 5as/h. Selective: scores dropped. Full: input only, 2.
+    FP8: the inputs of the linear layers are kept as 1-byte FP8 copies for the weight-gradient GEMM
+    (Transformer Engine caches the casted input), halving those terms.
+    """
+    s, h = seq_len / cp, model.hidden_size
+    sbh = s * micro_batch * h
+    if recompute is Recompute.FULL:
+        return 2 * sbh / tp
+    hd = model.head_dim_resolved
+    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    lin = 0.5 if precision is Precision.FP8 else 1.0  # bytes of a stored linear input relative to bf16
+    attention = 4 + 2 * lin + 2 * (q + kv) / h + 2 * kv / h + 2 * lin * q / h + 1
+
+    def mlp(f: float) -> float:
+        hidden = 4 * f / h + 2 * lin * f / h if model.gated_mlp else 2 * f / h + 2 * lin * f / h + 1
+        return 2 * lin + hidden
+
+    if kind is LayerKind.DENSE:
+        ffn = mlp(model.ffn_hidden_size)
+    else:
+        moe = model.moe
+        assert moe is not None
+        ffn = moe.top_k * mlp(moe.expert_ffn_hidden_size) + (
+            mlp(moe.num_shared_experts * moe.expert_ffn_hidden_size) if moe.num_shared_experts else 0.0
+        )
+    total = (attention + ffn) * sbh
+    if recompute is Recompute.NONE and not co.FLASH_ATTENTION:
+        total += 5 * model.num_heads * s * seq_len * micro_batch
+    return total / tp
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory per GPU
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Memory of the worst (stage, building) GPU, GiB."""
+
+    stage: int
+    building: str
+    weights_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    overhead_gib: float
+    capacity_gib: float
+
+    @property
+    def total_gib(self) -> float:
+        """Everything the GPU holds at peak."""
+        return (
+            self.weights_gib + self.grads_gib + self.optimizer_gib + self.activations_gib + self.overhead_gib
+        )
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak fits the GPU's HBM."""
+        return self.total_gib <= self.capacity_gib
+
+
+def _stage_memory(instance: Instance, plan: Plan, stage: int, building: str) -> MemoryBreakdown:
+    model, job = instance.job.model_spec, instance.job
+    dp_group = plan.dp * plan.cp
+    expert_group = max(1, dp_group // plan.ep)
+    params = stage_params(model, plan, stage)
+    dense = sum(p.dense for p in params)
+    expert = sum(p.expert for p in params)
+
+    def sharded(bytes_per_param: float, shard: bool) -> float:
+        if not shard:
+            return (dense + expert) * bytes_per_param
+        return (dense / dp_group + expert / expert_group) * bytes_per_param
+
+    weights = sharded(co.WEIGHT_BYTES, plan.zero_stage >= 3)
+    grads = sharded(co.GRAD_BYTES, plan.zero_stage >= 2)
+    optimizer = sharded(co.OPTIMIZER_BYTES, plan.zero_stage >= 1)
+    kinds = chunk_layer_kinds(model, plan)[stage]
+    if plan.zero_stage >= 3 and any(kinds):
+        biggest = max(
+            sum(vars(layer_params(model, k, plan.tp, plan.ep)).values()) for chunk in kinds for k in chunk
+        )
+        weights += co.ZERO3_GATHERED_LAYERS * biggest * co.WEIGHT_BYTES
+
+    m = plan.num_microbatches(job.global_batch_size)
+    in_flight = get_schedule(plan.schedule).in_flight_microbatches(plan.pp, plan.virtual_stages, max(1, m))
+    args = (job.seq_len, plan.micro_batch_size, plan.tp, plan.cp)
+    per_mb = sum(
+        activation_bytes_per_layer(model, k, *args, plan.recompute) for chunk in kinds for k in chunk
+    )
+    activations = in_flight * per_mb
+    if plan.recompute is Recompute.FULL and any(kinds):  # the layer being recomputed, fully materialised
+        activations += max(
+            activation_bytes_per_layer(model, k, *args, Recompute.NONE) for c in kinds for k in c
+        )
+    if stage == model_order(plan)[-1][0]:
+        tokens = job.seq_len * plan.micro_batch_size / plan.cp
+        activations += co.LOGITS_BYTES_PER_ELEMENT * tokens * model.vocab_size / plan.tp
+    used = (weights + grads + optimizer + activations) / GIB
+    overhead = co.MEMORY_FIXED_OVERHEAD_GIB + co.MEMORY_FRAGMENTATION_FRACTION * used
+    capacity = instance.cluster.building(building).gpu_spec.hbm_gib
+    return MemoryBreakdown(
+        stage, building, weights / GIB, grads / GIB, optimizer / GIB, activations / GIB, overhead, capacity
+    )
+
+
+def memory_per_gpu(instance: Instance, plan: Plan) -> MemoryBreakdown:
+    """Memory of the worst (stage, building) pair: the one with the least headroom (capacity − total)."""
+    pairs = {(s, b) for stage_map, _ in stage_maps(plan) for s, b in enumerate(stage_map)}
+    breakdowns = [_stage_memory(instance, plan, s, b) for s, b in sorted(pairs)]
+    return min(breakdowns, key=lambda mb: mb.capacity_gib - mb.total_gib)

@@ -1,0 +1,28 @@
+"""Assemble the CP-SAT model from its constraint families."""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from ...spec import Instance
+from ..coefficients import Coefficients
+from ..space import DesignSpace
+from .degrees import add_degree_constraints
+from .extract import fix_irrelevant_choices
+from .memory import add_memory_constraints
+from .objective import add_objective
+from .placement import add_placement_constraints
+from .variables import PlanVars, create_variables
+
+
+def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) -> PlanVars:
+    """The full model: variables, degree/placement/memory constraints and the step-time objective."""
+    model = cp_model.CpModel()
+    pv = create_variables(model, instance, space)
+    in_flight = add_degree_constraints(pv)
+    products = add_placement_constraints(pv)
+    add_memory_constraints(pv, coeffs, in_flight, products["layers_pp"])
+    step = add_objective(pv, coeffs, products["layers_pp"])
+    fix_irrelevant_choices(pv)
+    model.Minimize(step)
+    return pv

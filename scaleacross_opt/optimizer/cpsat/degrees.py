@@ -1,0 +1,62 @@
+"""Degree constraints: tp·cp·pp·dp = N, m·dp·mbs = global batch, EP nesting, shape channelling,
+and the schedule table (which (schedule, v, pp, m) run, and their activations in flight)."""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from ...schedules import get_schedule
+from .variables import PlanVars
+
+IN_FLIGHT_SCALE = 100  # in-flight micro-batches are tabulated ×100 to stay integral
+
+
+def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int) -> cp_model.IntVar:
+    out = model.NewIntVar(0, upper, name)
+    model.AddMultiplicationEquality(out, [a, b])
+    return out
+
+
+def add_degree_constraints(pv: PlanVars) -> cp_model.IntVar:
+    """Post the degree constraints; returns the in-flight micro-batches variable (×IN_FLIGHT_SCALE)."""
+    model, instance = pv.model, pv.instance
+    n = instance.num_gpus
+    gbs = instance.job.global_batch_size
+    tc = _product(model, "tp*cp", pv.tp_var, pv.cp_var, n)
+    replica = _product(model, "tp*cp*pp", tc, pv.pp_var, n)
+    model.AddMultiplicationEquality(n, [replica, pv.dp_var])
+    dp_mbs = _product(model, "dp*mbs", pv.dp_var, pv.micro_batch_var, gbs)
+    model.AddMultiplicationEquality(gbs, [pv.microbatches, dp_mbs])
+    # EP groups are made of dp·cp ranks.
+    if max(pv.space.ep) > 1:
+        dpcp = _product(model, "dp*cp", pv.dp_var, pv.cp_var, n)
+        model.AddModuloEquality(0, dpcp, pv.ep_var)
+    # The shape literal is the conjunction of its parts: each part's literal is the sum of its shapes.
+    shapes = pv.shape.values
+    for choice, attr in ((pv.tp, "tp"), (pv.cp, "cp"), (pv.ep, "ep"), (pv.micro_batch, "micro_batch_size"),
+                         (pv.recompute, "recompute")):
+        for value, lit in zip(choice.values, choice.lits, strict=True):
+            model.Add(lit == sum(pv.shape.lits[i] for i, s in enumerate(shapes) if getattr(s, attr) == value))
+    return _add_schedule_table(pv)
+
+
+def _add_schedule_table(pv: PlanVars) -> cp_model.IntVar:
+    """Allowed (schedule-chunk index, pp, m) triples with the schedule's in-flight micro-batches."""
+    model = pv.model
+    m_values = pv.microbatch_values
+    rows = []
+    for index, (name, v) in enumerate(pv.schedule_chunks.values):
+        schedule = get_schedule(name)
+        for pp in pv.pp.values:
+            for m in m_values:
+                if pp * v <= pv.instance.job.model_spec.layers and schedule.check(pp, v, m) is None:
+                    in_flight = schedule.in_flight_microbatches(pp, v, m)
+                    rows.append((index, pp, m, int(in_flight * IN_FLIGHT_SCALE + 0.999)))
+    if not rows:
+        model.AddBoolOr([])  # nothing can run: infeasible
+        return model.NewConstant(0)
+    index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
+    model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
+    in_flight = model.NewIntVar(0, max(r[3] for r in rows), "in_flight_x100")
+    model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, in_flight], rows)
+    return in_flight

@@ -1,0 +1,86 @@
+"""Solver values → ``Plan`` and the literals that identify that plan in the model."""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from ...spec import CrossBuilding, NetworkConfig, Plan
+from ..placement import build_placement
+from .variables import OneHot, PlanVars
+
+
+class Values:
+    """Read access to one solution, from a solver or from a solution callback."""
+
+    def __init__(self, source: cp_model.CpSolver | cp_model.CpSolverSolutionCallback):
+        self._source = source
+
+    def int(self, var: cp_model.IntVar) -> int:
+        """Value of an integer variable."""
+        return int(self._source.Value(var))
+
+    def chosen(self, choice: OneHot):  # noqa: ANN201
+        """Chosen value of a one-hot."""
+        return next(v for v, lit in zip(choice.values, choice.lits, strict=True) if self._source.BooleanValue(lit))
+
+
+def extract_plan(pv: PlanVars, values: Values) -> Plan:
+    """The plan a solution describes, with explicit placement and network."""
+    instance = pv.instance
+    shape = values.chosen(pv.shape)
+    schedule, virtual = values.chosen(pv.schedule_chunks)
+    mode = values.chosen(pv.mode)
+    names = pv.buildings
+    placement = build_placement(
+        mode, names, [values.int(v) for v in pv.replicas], [values.int(v) for v in pv.stages],
+        [values.int(v) for v in pv.layers], instance.job.model_spec.layers, virtual)
+    intra = values.chosen(pv.intra_transport).with_algorithm(values.chosen(pv.intra_algorithm))
+    if pv.cross_transport is not None and pv.cross_algorithm is not None:
+        cross = values.chosen(pv.cross_transport).with_algorithm(values.chosen(pv.cross_algorithm))
+    else:  # a single building: nothing crosses, the class mirrors the intra-building settings
+        cross = intra
+    return Plan(
+        tp=shape.tp, cp=shape.cp, pp=values.chosen(pv.pp), dp=values.chosen(pv.dp), ep=shape.ep,
+        virtual_stages=virtual, micro_batch_size=shape.micro_batch_size, schedule=schedule,
+        recompute=shape.recompute, zero_stage=values.chosen(pv.zero), placement=placement,
+        network=NetworkConfig(intra_building=intra, cross_building=cross),
+    )
+
+
+def _equals(model: cp_model.CpModel, var: cp_model.IntVar, value: int) -> cp_model.IntVar:
+    lit = model.NewBoolVar(f"{var.Name()}=={value}")
+    model.Add(var == value).OnlyEnforceIf(lit)
+    model.Add(var != value).OnlyEnforceIf(lit.Not())
+    return lit
+
+
+def solution_literals(pv: PlanVars, values: Values) -> list[cp_model.IntVar]:
+    """Literals that all hold exactly for solutions describing the same plan as ``values``."""
+    lits = [choice.lits[choice.values.index(values.chosen(choice))]
+            for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
+                           pv.intra_transport, pv.cross_algorithm, pv.cross_transport) if choice is not None]
+    for b in range(len(pv.buildings)):
+        for var in (pv.replicas[b], pv.stages[b], pv.layers[b]):
+            lits.append(_equals(pv.model, var, values.int(var)))
+    return lits
+
+
+def add_nogood(pv: PlanVars, values: Values) -> None:
+    """Exclude the plan of ``values`` from all later solutions."""
+    pv.model.AddBoolOr([lit.Not() for lit in solution_literals(pv, values)])
+
+
+def fix_irrelevant_choices(pv: PlanVars) -> None:
+    """Break symmetry: settings that cannot affect a plan's cost are pinned to their first option.
+
+    Cross-building network settings matter only when something crosses; the cross-building
+    collective algorithm only when DP crosses.
+    """
+    model = pv.model
+    if pv.cross_transport is None or pv.cross_algorithm is None:
+        return
+    for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True):
+        if mode is CrossBuilding.NONE:
+            model.Add(pv.cross_transport.lits[0] == 1).OnlyEnforceIf(lit)
+        if mode is not CrossBuilding.DP:
+            model.Add(pv.cross_algorithm.lits[0] == 1).OnlyEnforceIf(lit)

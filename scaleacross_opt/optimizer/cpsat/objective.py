@@ -1,0 +1,165 @@
+"""The linearised step time (µs), built as a lower bound of what the simulator charges.
+
+Per building b: c_b = Σ_shape y·C[shape, gpu_b] (one layer, one micro-batch, fwd+bwd);
+t_b = layers_b·c_b; t_max = max_b t_b (bottleneck stage).
+pipeline ≥ m·t_max + bubble + head + hops, with
+  bubble ≥ β(schedule, v)·(Σ_stages t − t_max)   (β = schedule's bubble_fraction·m/(pp−1), its minimum),
+  Σ_stages t = Σ_b stages_b·t_b (pp across) or pp·t_max (whole pipelines per building),
+  hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across): the first micro-batch's forward and
+  the last one's backward traverse every boundary;
+pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
+DP sync: intra ≥ grad bytes/GPU · cost per byte (d_b ≥ 2); cross (dp across) ≥ whole-gradient bytes ·
+cost per byte + latency steps (ring 2(dp−1), tree/pat 2⌈log2 dp⌉, hierarchical 2(#buildings−1));
+exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends).
+step ≥ pipeline + exposed DP + optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ortools.sat.python import cp_model
+
+from ...schedules import get_schedule
+from ...spec import CollectiveAlgorithm, CrossBuilding
+from ..coefficients import Coefficients
+from .variables import PlanVars
+
+SCALE = 1000  # fixed-point scale for fractional coefficients
+HORIZON_US = 10**13  # ~4 months: larger than any step
+
+
+def _new(model: cp_model.CpModel, name: str, upper: int = HORIZON_US) -> cp_model.IntVar:
+    return model.NewIntVar(0, upper, name)
+
+
+def _product(model: cp_model.CpModel, name: str, a, b) -> cp_model.IntVar:  # noqa: ANN001
+    out = _new(model, name)
+    model.AddMultiplicationEquality(out, [a, b])
+    return out
+
+
+def bubble_factor(schedule_name: str, v: int, pp_values: list[int], m_values: list[int]) -> float:
+    """Smallest β = bubble_fraction·m/(pp−1) over the pipelines the schedule accepts (a lower bound)."""
+    schedule = get_schedule(schedule_name)
+    factors = [schedule.bubble_fraction(pp, v, m) * m / (pp - 1)
+               for pp in pp_values if pp > 1 for m in m_values if schedule.check(pp, v, m) is None]
+    return max(0.0, min(factors)) if factors else 0.0
+
+
+def _is_pp_mode(pv: PlanVars) -> cp_model.IntVar | None:
+    return pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
+
+
+def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.IntVar]) -> cp_model.IntVar:
+    """Post the step-time terms; returns the step variable (µs), also stored in ``pv.terms``."""
+    model, instance = pv.model, pv.instance
+    buildings = instance.cluster.buildings
+    pp_mode = _is_pp_mode(pv)
+    not_pp = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.PP]
+
+    # --- compute per stage -------------------------------------------------------------------------
+    stage_times = []
+    t_max = _new(model, "t_max")
+    for b, building in enumerate(buildings):
+        gpu = building.gpu_spec.name
+        weights = [coeffs.layer_us[(shape, gpu)] for shape in pv.shape.values]
+        per_layer = _new(model, f"layer_us[{building.name}]", max(weights))
+        model.Add(per_layer == pv.shape.linear(weights))
+        t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
+        model.Add(t_max >= t_b)
+        stage_times.append(t_b)
+    compute = _product(model, "compute_us", pv.microbatches, t_max)
+
+    stage_sum = _new(model, "stage_sum_us")
+    if pp_mode is not None:
+        parts = [_product(model, f"stages*t[{b.name}]", pv.stages[i], stage_times[i]) for i, b in enumerate(buildings)]
+        model.Add(stage_sum >= sum(parts)).OnlyEnforceIf(pp_mode)
+    whole = _product(model, "pp*t_max", pv.pp_var, t_max)
+    for lit in not_pp:
+        model.Add(stage_sum >= whole).OnlyEnforceIf(lit)
+
+    bubble = _new(model, "bubble_us")
+    pp_values, m_values = pv.pp.values, pv.microbatch_values
+    for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
+        beta = int(SCALE * bubble_factor(name, v, pp_values, m_values))
+        model.Add(SCALE * bubble >= beta * (stage_sum - t_max)).OnlyEnforceIf(lit)
+
+    head = pv.shape.linear([coeffs.head_us[shape] for shape in pv.shape.values])
+    hops = _new(model, "hops_us")
+    model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
+    pipeline = _new(model, "pipeline_us")
+    if pp_mode is not None and pv.cross_transport is not None:
+        cross_hops = _new(model, "cross_hops_us")
+        for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+            hop = coeffs.cross_hop_us[transport]
+            model.Add(cross_hops >= 2 * hop * (sum(pv.used) - 1)).OnlyEnforceIf([pp_mode, lit])
+            per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
+            model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
+        model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1) + cross_hops)
+    model.Add(pipeline >= compute + bubble + head + hops)
+
+    # --- data-parallel gradient sync ---------------------------------------------------------------
+    dp_total = _add_dp_sync(pv, coeffs)
+    dp_exposed = _new(model, "dp_exposed_us")
+    for v in sorted({v for _, v in pv.schedule_chunks.values}):
+        v_lits = [lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
+                  if vv == v]
+        v_on = model.NewBoolVar(f"v={v}")
+        model.Add(v_on == sum(v_lits))
+        model.Add(v * dp_exposed >= dp_total).OnlyEnforceIf(v_on)
+
+    # --- optimizer step ----------------------------------------------------------------------------
+    optimizer = _new(model, "optimizer_us")
+    for b, building in enumerate(buildings):
+        per = int(SCALE * coeffs.optimizer_us_per_layer_pp[building.name])
+        model.Add(SCALE * optimizer >= per * layers_pp[b])
+
+    step = _new(model, "step_us")
+    model.Add(step >= pipeline + dp_exposed + optimizer)
+    pv.terms.update(compute=compute, bubble=bubble, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
+                    optimizer=optimizer, step=step, t_max=t_max)
+    return step
+
+
+def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
+    """Lower bound of one step's gradient sync time if nothing overlapped (µs)."""
+    model = pv.model
+    buildings = pv.instance.cluster.buildings
+    dp_total = _new(model, "dp_total_us")
+    intra = _new(model, "dp_intra_us")
+    grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
+    per_layer = _new(model, "grad_kib_per_layer", max(grad_weights))
+    model.Add(per_layer == pv.shape.linear(grad_weights))
+    for b, building in enumerate(buildings):
+        grad_kib = _product(model, f"grad_kib[{building.name}]", pv.layers[b], per_layer)
+        several = model.NewBoolVar(f"replicas>=2[{building.name}]")
+        model.Add(pv.replicas[b] >= 2).OnlyEnforceIf(several)
+        model.Add(pv.replicas[b] <= 1).OnlyEnforceIf(several.Not())
+        for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
+            per_mib = int(SCALE * coeffs.intra_us_per_mib[transport])
+            model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, several])
+    model.Add(dp_total >= intra)
+    if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
+        return dp_total
+    dp_mode = pv.mode.lit(CrossBuilding.DP)
+    cross = _new(model, "dp_cross_us")
+    for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+        volume = int(coeffs.model_grad_mib * coeffs.cross_us_per_mib[transport])
+        hop = coeffs.cross_hop_us[transport]
+        for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+            steps = coeffs.cross_algorithm_steps[algorithm]
+            when = [dp_mode, lit, alg_lit]
+            if steps == "linear":
+                model.Add(cross >= volume + 2 * hop * (pv.dp_var - 1)).OnlyEnforceIf(when)
+            elif steps == "buildings":
+                model.Add(cross >= volume + 2 * hop * (sum(pv.used) - 1)).OnlyEnforceIf(when)
+            else:
+                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                    latency = 2 * hop * math.ceil(math.log2(max(d, 2)))
+                    model.Add(cross >= volume + latency).OnlyEnforceIf([*when, d_lit])
+    model.Add(dp_total >= cross)
+    hierarchical = CollectiveAlgorithm.HIERARCHICAL
+    if hierarchical in pv.cross_algorithm.values:
+        model.Add(dp_total >= intra + cross).OnlyEnforceIf([dp_mode, pv.cross_algorithm.lit(hierarchical)])
+    return dp_total

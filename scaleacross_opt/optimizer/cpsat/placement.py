@@ -1,0 +1,81 @@
+"""Placement constraints: how the GPU grid maps onto buildings.
+
+- none: one building holds all dp replicas and all pp stages;
+- dp: each used building holds ``replicas[b]`` whole pipelines (Σ replicas = dp, ≥ 2 buildings);
+- pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings).
+Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
+a building. Layers: ``layers[b]`` is the largest stage of building b; Σ stages·layers ≥ model layers,
+and in none/dp modes every stage holds ⌈L/pp⌉ at most (one split for all replicas).
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from ...spec import CrossBuilding
+from .variables import PlanVars
+
+
+def _product(model: cp_model.CpModel, name: str, a, b, upper: int) -> cp_model.IntVar:  # noqa: ANN001
+    out = model.NewIntVar(0, upper, name)
+    model.AddMultiplicationEquality(out, [a, b])
+    return out
+
+
+def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
+    """Post the placement constraints; returns per-building products reused by memory/objective."""
+    model, instance = pv.model, pv.instance
+    buildings = instance.cluster.buildings
+    total_layers = instance.job.model_spec.layers
+    n_b = len(buildings)
+    max_pp = max(pv.space.pp)
+    modes = pv.mode
+    tc = model.NewIntVar(1, instance.num_gpus, "tc_place")
+    model.AddMultiplicationEquality(tc, [pv.tp_var, pv.cp_var])
+    layer_slots = []
+    for b, building in enumerate(buildings):
+        used, d, s, ell = pv.used[b], pv.replicas[b], pv.stages[b], pv.layers[b]
+        for var in (d, s, ell):
+            model.Add(var >= 1).OnlyEnforceIf(used)
+            model.Add(var == 0).OnlyEnforceIf(used.Not())
+        model.Add(ell >= pv.virtual_var).OnlyEnforceIf(used)
+        grid = _product(model, f"grid[{building.name}]", d, s, building.num_gpus)
+        gpus = _product(model, f"gpus[{building.name}]", grid, tc, building.num_gpus)
+        model.Add(gpus <= building.num_gpus)
+        if max(pv.space.ep) > 1:
+            ranks = _product(model, f"epranks[{building.name}]", d, pv.cp_var, building.num_gpus)
+            model.AddModuloEquality(0, ranks, pv.ep_var)
+        layer_slots.append(_product(model, f"slots[{building.name}]", s, ell, max_pp * total_layers))
+        pipeline_whole = [modes.lit(m) for m in modes.values if m is not CrossBuilding.PP]
+        if pipeline_whole:
+            whole = model.NewBoolVar(f"whole[{building.name}]")
+            model.AddBoolOr(pipeline_whole).OnlyEnforceIf(whole)
+            model.AddBoolAnd([lit.Not() for lit in pipeline_whole]).OnlyEnforceIf(whole.Not())
+            model.Add(s == pv.pp_var).OnlyEnforceIf([whole, used])
+        if CrossBuilding.PP in modes.values:
+            model.Add(d == pv.dp_var).OnlyEnforceIf([modes.lit(CrossBuilding.PP), used])
+    n_used = sum(pv.used)
+    for mode, lit in zip(modes.values, modes.lits, strict=True):
+        if mode is CrossBuilding.NONE:
+            model.Add(n_used == 1).OnlyEnforceIf(lit)
+            for b in range(n_b):
+                model.Add(pv.replicas[b] == pv.dp_var).OnlyEnforceIf([lit, pv.used[b]])
+        else:
+            model.Add(n_used >= 2).OnlyEnforceIf(lit)
+        if mode is CrossBuilding.DP:
+            model.Add(sum(pv.replicas) == pv.dp_var).OnlyEnforceIf(lit)
+        if mode is CrossBuilding.PP:
+            model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
+            model.Add(sum(layer_slots) >= total_layers).OnlyEnforceIf(lit)
+    # none / dp: one even split ⌈L/pp⌉ for every used building.
+    even = model.NewIntVar(1, total_layers, "even_layers")
+    even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
+    model.Add(even_slots >= total_layers)
+    model.Add(even_slots <= total_layers + pv.pp_var - 1)
+    for b in range(n_b):
+        for mode, lit in zip(modes.values, modes.lits, strict=True):
+            if mode is not CrossBuilding.PP:
+                model.Add(pv.layers[b] == even).OnlyEnforceIf([lit, pv.used[b]])
+    layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
+                 for i, b in enumerate(buildings)]
+    return {"layer_slots": layer_slots, "layers_pp": layers_pp}

@@ -1,0 +1,159 @@
+"""Decision variables of the CP-SAT model.
+
+Every discrete choice is a one-hot set of literals (``OneHot``); integer degrees are linear in their
+literals. Per building b: ``used[b]``, ``replicas[b]`` (DP replicas held), ``stages[b]`` (pipeline
+stages held) and ``layers[b]`` (max layers per stage there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from ortools.sat.python import cp_model
+
+from ...spec import CollectiveAlgorithm, CrossBuilding, Instance, Recompute, TrafficClassConfig
+from ..space import DesignSpace, Shape
+
+T = TypeVar("T")
+
+
+@dataclass
+class OneHot(Generic[T]):
+    """Exactly one literal of ``lits`` is true; ``lits[i]`` means the choice is ``values[i]``."""
+
+    values: list[T]
+    lits: list[cp_model.IntVar]
+
+    def lit(self, value: T) -> cp_model.IntVar:
+        """The literal meaning 'the choice is value'."""
+        return self.lits[self.values.index(value)]
+
+    def chosen(self, solver: cp_model.CpSolver) -> T:
+        """The value the solver chose."""
+        return next(v for v, lit in zip(self.values, self.lits, strict=True) if solver.BooleanValue(lit))
+
+    def linear(self, weights: list[int]) -> cp_model.LinearExpr:
+        """Σ weight_i · lit_i."""
+        return cp_model.LinearExpr.WeightedSum(self.lits, weights)
+
+
+def one_hot(model: cp_model.CpModel, name: str, values: list[T]) -> OneHot[T]:
+    """New one-hot choice over ``values``."""
+    lits = [model.NewBoolVar(f"{name}={v}") for v in values]
+    model.AddExactlyOne(lits)
+    return OneHot(list(values), lits)
+
+
+def int_of(model: cp_model.CpModel, name: str, choice: OneHot[int]) -> cp_model.IntVar:
+    """Integer variable equal to the chosen value."""
+    var = model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(choice.values))), name)
+    model.Add(var == choice.linear(choice.values))
+    return var
+
+
+@dataclass(frozen=True)
+class Transport:
+    """Transport knobs of one traffic class (everything but the collective algorithm)."""
+
+    config: TrafficClassConfig  # with a placeholder algorithm; use ``with_algorithm``
+
+    def with_algorithm(self, algorithm: CollectiveAlgorithm) -> TrafficClassConfig:
+        """Full per-class settings with ``algorithm``."""
+        return self.config.model_copy(update={"collective_algorithm": algorithm})
+
+
+def split_network_options(options: tuple[TrafficClassConfig, ...]) -> tuple[list[CollectiveAlgorithm], list[Transport]]:
+    """Distinct algorithms and distinct transports (the option list is their full product)."""
+    algorithms = sorted({o.collective_algorithm for o in options}, key=list(CollectiveAlgorithm).index)
+    transports: dict[tuple, Transport] = {}
+    for option in options:
+        key = (option.load_balancing, option.congestion_control, option.loss_recovery,
+               option.qps_per_connection, option.window_kib_per_qp)
+        transports.setdefault(key, Transport(option.model_copy(update={"collective_algorithm": algorithms[0]})))
+    return algorithms, list(transports.values())
+
+
+@dataclass
+class PlanVars:
+    """All decision variables plus the instance and space they were built for."""
+
+    model: cp_model.CpModel
+    instance: Instance
+    space: DesignSpace
+    tp: OneHot[int]
+    cp: OneHot[int]
+    pp: OneHot[int]
+    ep: OneHot[int]
+    dp: OneHot[int]
+    micro_batch: OneHot[int]
+    recompute: OneHot[Recompute]
+    zero: OneHot[int]
+    schedule_chunks: OneHot[tuple[str, int]]
+    shape: OneHot[Shape]
+    mode: OneHot[CrossBuilding]
+    intra_algorithm: OneHot[CollectiveAlgorithm]
+    intra_transport: OneHot[Transport]
+    cross_algorithm: OneHot[CollectiveAlgorithm] | None
+    cross_transport: OneHot[Transport] | None
+    tp_var: cp_model.IntVar
+    cp_var: cp_model.IntVar
+    pp_var: cp_model.IntVar
+    dp_var: cp_model.IntVar
+    ep_var: cp_model.IntVar
+    micro_batch_var: cp_model.IntVar
+    virtual_var: cp_model.IntVar
+    microbatches: cp_model.IntVar  # m = global batch ÷ (dp · micro-batch)
+    microbatch_values: list[int]
+    used: list[cp_model.IntVar]
+    replicas: list[cp_model.IntVar]
+    stages: list[cp_model.IntVar]
+    layers: list[cp_model.IntVar]
+    terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
+
+    @property
+    def buildings(self) -> list[str]:
+        """Building names in cluster order."""
+        return [b.name for b in self.instance.cluster.buildings]
+
+
+def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignSpace) -> PlanVars:
+    """Declare every decision variable (constraints linking them come from the other modules)."""
+    n = instance.num_gpus
+    gbs = instance.job.global_batch_size
+    dp_values = sorted({n // (t * c * p) for t in space.tp for c in space.cp for p in space.pp
+                        if n % (t * c * p) == 0})
+    tp, cp, pp = one_hot(model, "tp", list(space.tp)), one_hot(model, "cp", list(space.cp)), one_hot(model, "pp", list(space.pp))
+    ep, dp = one_hot(model, "ep", list(space.ep)), one_hot(model, "dp", dp_values)
+    micro_batch = one_hot(model, "mbs", list(space.micro_batch_sizes))
+    chunks = one_hot(model, "schedule", space.schedule_chunks())
+    intra_algs, intra_transports = split_network_options(space.intra_network)
+    cross_algs, cross_transports = split_network_options(space.cross_network) if space.cross_network else ([], [])
+    m_values = sorted({gbs // (d * b) for d in dp_values for b in space.micro_batch_sizes if gbs % (d * b) == 0})
+    buildings = instance.cluster.buildings
+    layers = instance.job.model_spec.layers
+    min_replica = min(space.tp) * min(space.cp) * min(space.pp)
+    virtual = model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted({v for _, v in chunks.values})), "v")
+    model.Add(virtual == chunks.linear([v for _, v in chunks.values]))
+    pv = PlanVars(
+        model=model, instance=instance, space=space, tp=tp, cp=cp, pp=pp, ep=ep, dp=dp, micro_batch=micro_batch,
+        recompute=one_hot(model, "recompute", list(space.recompute)),
+        zero=one_hot(model, "zero", list(space.zero_stages)),
+        schedule_chunks=chunks,
+        shape=one_hot(model, "shape", space.shapes),
+        mode=one_hot(model, "cross", list(space.cross_building)),
+        intra_algorithm=one_hot(model, "intra_alg", intra_algs),
+        intra_transport=one_hot(model, "intra_transport", intra_transports),
+        cross_algorithm=one_hot(model, "cross_alg", cross_algs) if cross_algs else None,
+        cross_transport=one_hot(model, "cross_transport", cross_transports) if cross_transports else None,
+        tp_var=int_of(model, "tp_v", tp), cp_var=int_of(model, "cp_v", cp), pp_var=int_of(model, "pp_v", pp),
+        dp_var=int_of(model, "dp_v", dp), ep_var=int_of(model, "ep_v", ep),
+        micro_batch_var=int_of(model, "mbs_v", micro_batch), virtual_var=virtual,
+        microbatches=model.NewIntVarFromDomain(cp_model.Domain.FromValues(m_values or [1]), "m"),
+        microbatch_values=m_values,
+        used=[model.NewBoolVar(f"used[{b.name}]") for b in buildings],
+        replicas=[model.NewIntVar(0, b.num_gpus // min_replica, f"replicas[{b.name}]") for b in buildings],
+        stages=[model.NewIntVar(0, max(space.pp), f"stages[{b.name}]") for b in buildings],
+        layers=[model.NewIntVar(0, layers, f"layers[{b.name}]") for b in buildings],
+    )
+    return pv

@@ -1,0 +1,50 @@
+"""From per-building counts (replicas d_b, stages s_b, max layers per stage ℓ_b) to a ``Placement``.
+
+The CP-SAT model decides the counts; this module turns them into the explicit placement of the plan
+file, and the exhaustive enumerator uses the same function so both describe plans identically.
+"""
+
+from __future__ import annotations
+
+from ..spec import BuildingShare, CrossBuilding, Placement
+
+
+def materialize_layers(stages: list[int], max_layers: list[int], total_layers: int, virtual_stages: int) -> list[int]:
+    """Layers per stage: building b's stages hold ``max_layers[b]`` each, the excess over the model's
+    layers removed one layer at a time from the last stages backwards (the last stage also carries
+    the LM head), never below ``virtual_stages`` layers per stage.
+    """
+    layers = [ell for s, ell in zip(stages, max_layers, strict=True) for _ in range(s)]
+    excess = sum(layers) - total_layers
+    if excess < 0:
+        raise ValueError(f"{sum(layers)} layer slots cannot hold {total_layers} layers")
+    while excess > 0:
+        progressed = False
+        for i in reversed(range(len(layers))):
+            if excess and layers[i] > virtual_stages:
+                layers[i] -= 1
+                excess -= 1
+                progressed = True
+        if not progressed:
+            raise ValueError("cannot remove excess layers without emptying a chunk")
+    return layers
+
+
+def build_placement(mode: CrossBuilding, names: list[str], replicas: list[int], stages: list[int],
+                    max_layers: list[int], total_layers: int, virtual_stages: int) -> Placement:
+    """The placement for per-building counts (buildings with no share are left out).
+
+    ``mode`` dp/none: every used building holds whole pipelines (``stages[b]`` = pp) and one layer
+    split applies to all; pp: every used building holds ``stages[b]`` stages of all replicas, in
+    cluster order.
+    """
+    used = [b for b in range(len(names)) if replicas[b] > 0 and stages[b] > 0]
+    shares = [BuildingShare(building=names[b], dp_replicas=replicas[b], pp_stages=stages[b]) for b in used]
+    if mode is CrossBuilding.PP:
+        layers = materialize_layers([stages[b] for b in used], [max_layers[b] for b in used], total_layers,
+                                    virtual_stages)
+    else:
+        first = used[0]
+        layers = materialize_layers([stages[first]], [max(max_layers[b] for b in used)], total_layers,
+                                    virtual_stages)
+    return Placement(cross_building=mode, buildings=shares, layers_per_stage=layers)

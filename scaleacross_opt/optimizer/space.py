@@ -1,0 +1,143 @@
+"""The design space: every choice the optimizer makes, as explicit option lists.
+
+The CP-SAT model, the exhaustive enumerator and the baselines all draw their options from a
+``DesignSpace``, so they search the same space. Options honour the instance's ``search`` section and
+the hard structural rules (TP inside NVLink, heads divisible by TP, CP dividing the sequence, EP
+dividing the experts). Joint rules (degree product = GPUs, batch divisibility, memory, capacity) are
+constraints of the model, not filters here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from ..catalog.network import QPS_CHOICES, WINDOW_KIB_CHOICES
+from ..schedules import get_schedule, schedule_names
+from ..spec import (
+    CollectiveAlgorithm,
+    CongestionControl,
+    CrossBuilding,
+    Instance,
+    LoadBalancing,
+    LossRecovery,
+    Recompute,
+    TrafficClassConfig,
+)
+
+DEFAULT_CP = (1, 2, 4, 8)
+DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
+DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
+# ZeRO-1 (distributed optimizer) has the comm volume of plain DP with less memory, and ZeRO-2 adds
+# nothing over it under pipelining (grads are accumulated across micro-batches); ZeRO-3 trades
+# weight all-gathers for memory. ZeRO-0 is kept only when a search section asks for it.
+DEFAULT_ZERO_STAGES = (1, 3)
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _restrict(default: list, allowed: list | None) -> list:
+    return [x for x in default if allowed is None or x in allowed]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The per-GPU shard shape of one layer: what the compute and activation coefficients depend on."""
+
+    tp: int
+    cp: int
+    ep: int
+    micro_batch_size: int
+    recompute: Recompute
+
+
+@dataclass(frozen=True)
+class DesignSpace:
+    """Option lists per decision. ``network_options`` are full per-class transport settings."""
+
+    tp: tuple[int, ...]
+    cp: tuple[int, ...]
+    pp: tuple[int, ...]
+    ep: tuple[int, ...]
+    virtual_stages: tuple[int, ...]
+    micro_batch_sizes: tuple[int, ...]
+    recompute: tuple[Recompute, ...]
+    zero_stages: tuple[int, ...]
+    schedules: tuple[str, ...]
+    cross_building: tuple[CrossBuilding, ...]
+    intra_network: tuple[TrafficClassConfig, ...]
+    cross_network: tuple[TrafficClassConfig, ...]
+
+    @property
+    def shapes(self) -> list[Shape]:
+        """All shard shapes (tp, cp, ep, micro-batch, recompute)."""
+        return [Shape(*combo) for combo in product(self.tp, self.cp, self.ep, self.micro_batch_sizes, self.recompute)]
+
+    def schedule_chunks(self) -> list[tuple[str, int]]:
+        """(schedule, virtual_stages) pairs the schedules accept for some pipeline."""
+        pairs = []
+        for name in self.schedules:
+            schedule = get_schedule(name)
+            for v in self.virtual_stages:
+                if any(schedule.check(pp, v, max(pp, 1) * 4) is None for pp in self.pp if pp * v > 0):
+                    pairs.append((name, v))
+        return pairs
+
+
+def _network_options(instance: Instance, cross: bool) -> tuple[TrafficClassConfig, ...]:
+    search = instance.search
+    algorithms = [CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE, CollectiveAlgorithm.PAT]
+    algorithms = _restrict(algorithms, search.collective_algorithms)
+    if cross:
+        algorithms.append(CollectiveAlgorithm.HIERARCHICAL)
+    return tuple(
+        TrafficClassConfig(collective_algorithm=alg, load_balancing=lb, congestion_control=cc, loss_recovery=lr,
+                           qps_per_connection=qps, window_kib_per_qp=window)
+        for alg, lb, cc, lr, qps, window in product(
+            algorithms,
+            _restrict(list(LoadBalancing), search.load_balancing),
+            _restrict(list(CongestionControl), search.congestion_control),
+            _restrict(list(LossRecovery), search.loss_recovery),
+            search.qps_per_connection or QPS_CHOICES,
+            search.window_kib_per_qp or WINDOW_KIB_CHOICES,
+        )
+    )
+
+
+def design_space(instance: Instance) -> DesignSpace:
+    """The option lists for ``instance``."""
+    search = instance.search
+    model = instance.job.model_spec
+    n = instance.num_gpus
+    nvlink = min(b.gpu_spec.nvlink_domain_size for b in instance.cluster.buildings)
+    tp = [t for t in divisors(nvlink) if model.num_heads % t == 0
+          and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0) and n % t == 0]
+    cp = [c for c in DEFAULT_CP if c == 1 or instance.job.seq_len % (2 * c) == 0]
+    pp = [p for p in range(1, model.layers + 1) if n % p == 0]
+    if model.moe is None:
+        ep = [1]
+    else:
+        ep = [e for e in divisors(model.moe.num_experts) if e <= n]
+    multi = len(instance.cluster.buildings) > 1
+    fits_one = any(b.num_gpus >= n for b in instance.cluster.buildings)
+    cross = [CrossBuilding.NONE] if fits_one else []
+    if multi:
+        cross += [CrossBuilding.DP, CrossBuilding.PP]
+    return DesignSpace(
+        tp=tuple(_restrict(tp, search.tp_degrees)),
+        cp=tuple(_restrict(cp, search.cp_degrees or list(DEFAULT_CP))),
+        pp=tuple(_restrict(pp, search.pp_degrees)),
+        ep=tuple(_restrict(ep, search.ep_degrees)),
+        virtual_stages=tuple(search.virtual_stages or DEFAULT_VIRTUAL_STAGES),
+        micro_batch_sizes=tuple(search.micro_batch_sizes or DEFAULT_MICRO_BATCH_SIZES),
+        recompute=tuple(search.recompute or list(Recompute)),
+        zero_stages=tuple(search.zero_stages or DEFAULT_ZERO_STAGES),
+        schedules=tuple(search.schedules or schedule_names()),
+        cross_building=tuple(_restrict(cross, search.cross_building)),
+        intra_network=_network_options(instance, cross=False),
+        cross_network=_network_options(instance, cross=True) if multi else (),
+    )

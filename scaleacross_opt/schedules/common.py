@@ -1,0 +1,118 @@
+"""Helpers shared by the schedule modules: 1F1B-style interleaving, W deferral, V-shape placement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import Op, OpKind
+
+
+def forwards(microbatches: Sequence[int], chunk: int = 0) -> list[Op]:
+    """F ops of ``microbatches`` for one chunk, in order."""
+    return [Op(OpKind.F, mb, chunk) for mb in microbatches]
+
+
+def backwards(microbatches: Sequence[int], chunk: int = 0) -> list[Op]:
+    """B ops of ``microbatches`` for one chunk, in order."""
+    return [Op(OpKind.B, mb, chunk) for mb in microbatches]
+
+
+def one_f_one_b(fwd: Sequence[Op], bwd: Sequence[Op], warmup: int) -> list[Op]:
+    """Megatron's 1F1B pattern: ``warmup`` forwards, then (F, B) pairs, then the remaining backwards.
+
+    Steady step i runs F[warmup + i] then B[i]; warmup ≥ len(fwd) degenerates to all-F-then-all-B
+    (GPipe). Peak activations held = min(warmup + 1, n) (F before B in each pair).
+    """
+    n = len(fwd)
+    warmup = min(warmup, n)
+    order = list(fwd[:warmup])
+    for i in range(n - warmup):
+        order += (fwd[warmup + i], bwd[i])
+    order += bwd[n - warmup :]
+    return order
+
+
+def defer_weight_grads(order: Sequence[Op], deferred: int) -> list[Op]:
+    """Split every B into B (input grad) + W, keeping the newest ``deferred`` W ops pending (FIFO).
+
+    After each B, the oldest pending W ops are emitted until ``deferred`` remain; the pending ones
+    run at the end, filling the cool-down waits. ``deferred`` = 0 gives B, W back to back.
+    """
+    out: list[Op] = []
+    pending: list[Op] = []
+    for op in order:
+        out.append(op)
+        if op.kind is OpKind.B:
+            pending.append(Op(OpKind.W, op.microbatch, op.chunk))
+            if len(pending) > deferred:
+                out.append(pending.pop(0))
+    return out + pending
+
+
+def v_shape_position(pp: int, chunk: int, stage: int) -> int:
+    """V-shape placement (ZB-V, DualPipeV): chunk 0 runs stages 0→pp-1, chunk 1 runs pp-1→0."""
+    return stage if chunk == 0 else 2 * pp - 1 - stage
+
+
+def v_shape_check(name: str, pp: int, virtual_stages: int, num_microbatches: int, min_microbatches: int) -> str | None:
+    """Shared ``check`` of V-shape schedules: exactly 2 chunks per stage and enough micro-batches."""
+    if virtual_stages != 2:
+        return f"{name} needs virtual_stages=2 (a V of two chunks per stage), got {virtual_stages}"
+    if num_microbatches < min_microbatches:
+        return f"{name} needs at least {min_microbatches} micro-batches for pp={pp}, got {num_microbatches}"
+    return None
+
+
+def greedy_unit_order(
+    pp: int, num_microbatches: int, positions: Sequence[Sequence[int]], priority: Sequence[tuple[OpKind, int]],
+    max_held: int,
+) -> list[list[Op]]:
+    """Op orders from greedy list scheduling with unit op times (T_F = T_B = T_W) and free transfers.
+
+    ``positions[c][s]`` is the layer position of chunk c on stage s. At every time step each idle
+    stage runs the first (kind, chunk) of ``priority`` whose next micro-batch (in order) has its
+    inputs ready, running an F only while it holds fewer than ``max_held`` chunk activations (held
+    from F to W). W ops run oldest first (chunk ignored in ``priority``). Backward is split.
+    """
+    v, m = len(positions), num_microbatches
+    last = pp * v - 1
+    done: dict[tuple[int, int, int], int] = {}  # (kind, mb, position) -> end time
+    orders: list[list[Op]] = [[] for _ in range(pp)]
+    next_mb = [[[0] * v for _ in range(2)] for _ in range(pp)]  # [stage][F or B][chunk]
+    weights: list[list[Op]] = [[] for _ in range(pp)]
+    held = [0] * pp
+    never = 1 << 62
+    t = 0
+    while any(len(o) < 3 * m * v for o in orders):
+        picks: list[Op | None] = []
+        for s in range(pp):
+            pick = None
+            for kind, c in priority:
+                if kind is OpKind.W:
+                    pick = weights[s][0] if weights[s] else None
+                else:
+                    mb, k = next_mb[s][kind][c], positions[c][s]
+                    if mb >= m or (kind is OpKind.F and held[s] >= max_held):
+                        continue
+                    need = (OpKind.F, mb, k - 1) if kind is OpKind.F else (
+                        (OpKind.B, mb, k + 1) if k < last else (OpKind.F, mb, k))
+                    if (kind is OpKind.F and k == 0) or done.get(need, never) <= t:
+                        pick = Op(kind, mb, c)
+                if pick is not None:
+                    break
+            picks.append(pick)
+        for s, op in enumerate(picks):
+            if op is None:
+                continue
+            orders[s].append(op)
+            done[(op.kind, op.microbatch, positions[op.chunk][s])] = t + 1
+            if op.kind is OpKind.W:
+                weights[s].pop(0)
+                held[s] -= 1
+            else:
+                next_mb[s][op.kind][op.chunk] += 1
+                held[s] += op.kind is OpKind.F
+                if op.kind is OpKind.B:
+                    weights[s].append(Op(OpKind.W, op.microbatch, op.chunk))
+        t += 1
+    return orders

@@ -1,0 +1,34 @@
+"""GPipe (Huang et al. 2019): every stage runs all forwards, then all backwards.
+
+Bubble (p−1)/m for any T_F, T_B: each stage idles (p−1)(T_F+T_B) of a makespan (m+p−1)(T_F+T_B).
+Activations: all m micro-batches are held at the turn-around.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .base import Op, PipelineSchedule
+from .common import backwards, forwards
+from .registry import register
+
+
+@register
+class GPipe(PipelineSchedule):
+    """All-forward-all-backward."""
+
+    name: ClassVar[str] = "gpipe"
+    description: ClassVar[str] = "All forwards then all backwards; bubble (p-1)/m, holds all m micro-batches."
+
+    def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
+        """Same order on every stage: F0..F(m-1), B0..B(m-1)."""
+        mbs = range(num_microbatches)
+        return [forwards(mbs) + backwards(mbs) for _ in range(pp)]
+
+    def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """m."""
+        return float(num_microbatches)
+
+    def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """(p−1)/m."""
+        return (pp - 1) / num_microbatches

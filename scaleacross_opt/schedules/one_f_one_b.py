@@ -1,0 +1,40 @@
+"""1F1B (PipeDream-Flush, Narayanan et al. 2021; Megatron-LM's non-interleaved schedule).
+
+Stage s runs min(p−s−1, m) warm-up forwards, then alternates one forward and one backward, then
+drains the remaining backwards. Bubble (p−1)/m for any T_F, T_B (same as GPipe); stage 0 holds the
+most activations, min(p, m) micro-batches.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .base import Op, PipelineSchedule
+from .common import backwards, forwards, one_f_one_b
+from .registry import register
+
+
+def one_f_one_b_stage_ops(pp: int, num_microbatches: int) -> list[list[Op]]:
+    """Per-stage 1F1B order with warm-up p−s−1 (shared with ZB-H1)."""
+    mbs = range(num_microbatches)
+    return [one_f_one_b(forwards(mbs), backwards(mbs), pp - s - 1) for s in range(pp)]
+
+
+@register
+class OneFOneB(PipelineSchedule):
+    """One-forward-one-backward."""
+
+    name: ClassVar[str] = "1f1b"
+    description: ClassVar[str] = "Megatron 1F1B; bubble (p-1)/m, holds min(p, m) micro-batches on stage 0."
+
+    def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
+        """Warm-up p−s−1 forwards, steady (F, B) pairs, cool-down backwards."""
+        return one_f_one_b_stage_ops(pp, num_microbatches)
+
+    def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """min(p, m)."""
+        return float(min(pp, num_microbatches))
+
+    def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """(p−1)/m."""
+        return (pp - 1) / num_microbatches

@@ -1,0 +1,53 @@
+"""ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §6: the V-shape zero-bubble schedule).
+
+Two chunks per stage in a V: chunk 0 is layer position s, chunk 1 is position 2p−1−s, so the
+forward goes down the stages and back up (the turn-around at stage p−1 needs no transfer) and
+the first and last layers share stage 0. Backward is split into B and W. The op order is the
+greedy unit-time list schedule (T_F = T_B = T_W per chunk, free transfers) with priority
+B(chunk 0) > B(chunk 1) > F(chunk 1) > F(chunk 0) > W and at most 2p chunk activations held per
+stage (F to W) — p micro-batches through the whole stage, the same as 1F1B; this reproduces the
+paper's handcrafted ZB-V shape. Requires m ≥ p.
+
+Bubble: the last stage cannot start before (p−1)·T_F and the greedy order keeps every stage busy
+after that, so the makespan is (6m + p − 1)·T per chunk and the bubble fraction (p−1)/(6m) (the
+paper rounds this to "zero bubble").
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .base import Op, OpKind, PipelineSchedule
+from .common import greedy_unit_order, v_shape_check, v_shape_position
+from .registry import register
+
+
+@register
+class ZeroBubbleV(PipelineSchedule):
+    """ZB-V: V-shape placement, split backward, 1F1B memory."""
+
+    name: ClassVar[str] = "zb-v"
+    description: ClassVar[str] = "Zero-bubble V: 2 chunks/stage in a V, B/W split; bubble (p-1)/(6m), 1F1B memory."
+    splits_backward: ClassVar[bool] = True
+
+    def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
+        """v = 2 and m ≥ p."""
+        return v_shape_check(self.name, pp, virtual_stages, num_microbatches, pp)
+
+    def chunk_stage(self, pp: int, virtual_stages: int, chunk: int, stage: int) -> int:
+        """V shape: chunk 0 → s, chunk 1 → 2p−1−s."""
+        return v_shape_position(pp, chunk, stage)
+
+    def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
+        """Greedy unit-time order under the 2p chunk-activation limit."""
+        positions = [[v_shape_position(pp, c, s) for s in range(pp)] for c in range(2)]
+        priority = [(OpKind.B, 0), (OpKind.B, 1), (OpKind.F, 1), (OpKind.F, 0), (OpKind.W, 0)]
+        return greedy_unit_order(pp, num_microbatches, positions, priority, 2 * pp)
+
+    def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """p (2p half-stage chunks), like 1F1B."""
+        return float(pp)
+
+    def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """(p−1)/(6m) with T_F = T_B = T_W."""
+        return (pp - 1) / (6 * num_microbatches)

@@ -1,0 +1,400 @@
+"""Discrete-event engine: one training step of a ``StepWorkload``.
+
+Model (DESIGN.md §4). Every pipeline group runs its replicas' stages as compute streams executing
+the schedule's op order. An op starts when its stream is free and its data dependency arrived:
+
+* F(mb, k) needs F(mb, k−1) (k = layer position, ``schedule.chunk_stage``);
+* B(mb, k) needs B(mb, k+1), or F(mb, k) at the last position; W(mb, k) needs B(mb, k).
+  (B's need of F(mb, k) and W's of B(mb, k) are on the same stream and earlier in it — checked
+  when the op graph is built — so the stream order already enforces them.)
+
+A dependency between different stages is a point-to-point transfer of ``p2p_bytes``: serialisation
+(bytes ÷ bandwidth, processor-shared) followed by the path's latency. Contention resources: a
+cross-building directed link (src, dst building) is one resource shared by all the group's
+transfers on it; inside a building every directed stage pair is its own resource (separate NICs on
+a non-blocking fabric) with the (b, b) path's bandwidth. Groups are independent (each LinkShare is
+already one replica's share); they meet only in DP gradient sync: for each stage, chunk syncs run
+serialised on the stage's DP stream, each starting once that chunk's last backward (W if split,
+else B) finished in every group, in order of readiness. The optimizer step follows the last sync.
+
+Design (fastest exact method, per group):
+
+1. The op graph — ops grouped by stage in stream order, stream predecessor, data predecessor,
+   topological order, peak in-flight activations — depends only on (schedule, pp, v, m) and is
+   built once (``op_graph``, lru-cached) as numpy arrays; building it validates the order
+   (every op exactly once, same-stage dependencies earlier in the stream, no deadlock).
+2. A list-scheduling pass in topological order computes start = max(stream free, data arrived)
+   with transfers charged latency + bytes ÷ bandwidth alone: one tight loop over plain lists.
+3. If no two transfers overlap on a resource (checked vectorised), that timeline is exact.
+   Otherwise the group is re-run by an event loop (heapq) with processor-sharing resources,
+   implemented with per-resource virtual time (each of n active transfers progresses at bw/n; a
+   transfer ends when the resource's virtual time reaches its start value + bytes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..cost.workload import PipelineGroup, StepWorkload
+from ..schedules import get_schedule
+from ..schedules.base import OpKind
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    """The op graph of one (schedule, pp, v, m): ops of stage s are ``stage_start[s]:stage_start[s+1]``."""
+
+    pp: int
+    virtual_stages: int
+    num_microbatches: int
+    splits_backward: bool
+    stage: np.ndarray  # (n,) stage of each op
+    kind: np.ndarray  # (n,) OpKind value
+    microbatch: np.ndarray  # (n,)
+    chunk: np.ndarray  # (n,)
+    position: np.ndarray  # (n,) layer-order position chunk_stage(chunk, stage)
+    stage_start: np.ndarray  # (pp+1,) offsets
+    stream_prev: np.ndarray  # (n,) previous op on the same stage, −1 for the first
+    data_dep: np.ndarray  # (n,) op whose output this op needs (−1 for F at position 0)
+    remote: np.ndarray  # (n,) bool: data_dep is on another stage (a p2p transfer)
+    order: np.ndarray  # (n,) a topological order
+    order_list: list[int]  # ``order``, and stream_prev / data_dep permuted by it, as lists (hot loop)
+    prev_in_order: list[int]
+    dep_in_order: list[int]
+    stream_next: np.ndarray  # (n,) next op on the same stage, −1 for the last
+    consumers: np.ndarray  # (n, 2) ops whose data_dep is this op (−1 padded)
+    pairs: np.ndarray  # (k, 2) distinct (src stage, dst stage) of transfers
+    pair_index: np.ndarray  # (n,) row of ``pairs`` of the transfer feeding the op (−1 when local)
+    last_backward: np.ndarray  # (pp, v) op index of the last backward (W if split, else B) per chunk
+    peak_in_flight: np.ndarray  # (pp,) peak activations held, in micro-batches through the whole stage
+
+    @property
+    def num_ops(self) -> int:
+        """Compute ops in one step of one pipeline."""
+        return int(self.stage.size)
+
+
+@lru_cache(maxsize=256)
+def op_graph(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> OpGraph:
+    """Build and validate the op graph of a schedule (cached). ValueError on an invalid order."""
+    schedule = get_schedule(schedule_name)
+    v, m = virtual_stages, num_microbatches
+    reason = schedule.check(pp, v, m)
+    if reason:
+        raise ValueError(reason)
+    per_stage = schedule.stage_ops(pp, v, m)
+    kinds = (OpKind.F, OpKind.B, OpKind.W) if schedule.splits_backward else (OpKind.F, OpKind.B)
+    expected = sorted((k, mb, c) for k in kinds for mb in range(m) for c in range(v))
+    if len(per_stage) != pp:
+        raise ValueError(f"{schedule_name}: {len(per_stage)} stage orders for pp={pp}")
+    rows = []
+    for s, ops in enumerate(per_stage):
+        if sorted((op.kind, op.microbatch, op.chunk) for op in ops) != expected:
+            raise ValueError(f"{schedule_name}: stage {s} does not run every (kind, mb, chunk) exactly once")
+        rows += [(s, int(op.kind), op.microbatch, op.chunk) for op in ops]
+    table = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    stage, kind, mb, chunk = table.T.copy()
+    n = stage.size
+    position = np.array([schedule.chunk_stage(pp, v, c, s) for c in range(v) for s in range(pp)]).reshape(v, pp)
+    if sorted(position.ravel().tolist()) != list(range(pp * v)):
+        raise ValueError(f"{schedule_name}: chunk_stage is not a bijection onto 0..{pp * v - 1}")
+    pos = position[chunk, stage]
+    stage_start = np.searchsorted(stage, np.arange(pp + 1))
+    stream_prev = np.arange(-1, n - 1)
+    stream_prev[stage_start[:-1]] = -1
+
+    index = np.full((3, m, pp * v), -1, dtype=np.int64)  # op holding (kind, mb, position)
+    index[kind, mb, pos] = np.arange(n)
+    last = pp * v - 1
+    data_dep = np.full(n, -1, dtype=np.int64)
+    is_f, is_b, is_w = kind == OpKind.F, kind == OpKind.B, kind == OpKind.W
+    f_dep = is_f & (pos > 0)
+    data_dep[f_dep] = index[OpKind.F, mb[f_dep], pos[f_dep] - 1]
+    b_mid = is_b & (pos < last)
+    data_dep[b_mid] = index[OpKind.B, mb[b_mid], pos[b_mid] + 1]
+    b_last = is_b & (pos == last)
+    data_dep[b_last] = index[OpKind.F, mb[b_last], last]
+    data_dep[is_w] = index[OpKind.B, mb[is_w], pos[is_w]]
+    remote = np.zeros(n, dtype=bool)
+    has_dep = data_dep >= 0
+    remote[has_dep] = stage[data_dep[has_dep]] != stage[has_dep]
+
+    # Same-stage needs (B after F(mb, k), W after B(mb, k)) must come earlier in the stream.
+    local_dep = np.where(is_b, index[OpKind.F, mb, pos], np.where(is_w, data_dep, -1))
+    late = (local_dep >= 0) & (local_dep > np.arange(n))
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        raise ValueError(f"{schedule_name}: stage {stage[i]} runs {OpKind(kind[i]).name}{mb[i]}.{chunk[i]} too early")
+
+    order = _topological_order(stream_prev, data_dep)
+    if order.size < n:
+        raise ValueError(f"{schedule_name}: op order deadlocks for pp={pp}, v={v}, m={m}")
+
+    stream_next = np.arange(1, n + 1)
+    stream_next[stage_start[1:] - 1] = -1
+    consumers = np.full((n, 2), -1, dtype=np.int64)
+    dep_idx = np.flatnonzero(has_dep)
+    slot = np.zeros(n, dtype=np.int64)
+    for j, p in zip(dep_idx.tolist(), data_dep[dep_idx].tolist(), strict=True):  # ≤ 2 consumers per op
+        consumers[p, slot[p]] = j
+        slot[p] += 1
+    pair_of = stage[np.maximum(data_dep, 0)] * pp + stage
+    pair_codes, pair_index = np.unique(np.where(remote, pair_of, -1), return_inverse=True)
+    if pair_codes.size and pair_codes[0] == -1:
+        pair_codes, pair_index = pair_codes[1:], pair_index - 1
+    pairs = np.stack([pair_codes // pp, pair_codes % pp], axis=1)
+
+    last_backward = np.full((pp, v), -1, dtype=np.int64)
+    final_kind = OpKind.W if schedule.splits_backward else OpKind.B
+    sel = np.flatnonzero(kind == final_kind)  # increasing index = stream order
+    last_backward[stage[sel], chunk[sel]] = sel
+
+    held = np.where(is_f, 1.0, np.where(kind == final_kind, -1.0, 0.0)) / v  # held from F to last backward
+    peak = np.array([np.cumsum(held[a:b]).max() for a, b in zip(stage_start[:-1], stage_start[1:], strict=True)])
+    return OpGraph(
+        pp=pp, virtual_stages=v, num_microbatches=m, splits_backward=schedule.splits_backward,
+        stage=stage, kind=kind, microbatch=mb, chunk=chunk, position=pos, stage_start=stage_start,
+        stream_prev=stream_prev, data_dep=data_dep, remote=remote, order=order, order_list=order.tolist(),
+        prev_in_order=stream_prev[order].tolist(), dep_in_order=data_dep[order].tolist(),
+        stream_next=stream_next, consumers=consumers, pairs=pairs, pair_index=pair_index,
+        last_backward=last_backward, peak_in_flight=peak,
+    )
+
+
+def _topological_order(stream_prev: np.ndarray, data_dep: np.ndarray) -> np.ndarray:
+    """Kahn's algorithm over stream and data edges; shorter than n when the graph has a cycle."""
+    n = stream_prev.size
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for i, (a, b) in enumerate(zip(stream_prev.tolist(), data_dep.tolist(), strict=True)):
+        for p in (a, b):
+            if p >= 0:
+                succ[p].append(i)
+                indegree[i] += 1
+    ready = [i for i in range(n) if indegree[i] == 0]
+    out: list[int] = []
+    while ready:
+        i = ready.pop()
+        out.append(i)
+        for j in succ[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    return np.array(out, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupTimeline:
+    """Timeline of one pipeline group; per-op arrays are indexed like ``OpGraph`` ops."""
+
+    name: str
+    start: np.ndarray  # (n,) op start, s
+    end: np.ndarray  # (n,) op end, s
+    send: np.ndarray  # (n,) start of the transfer feeding the op (NaN when none)
+    arrive: np.ndarray  # (n,) arrival of that transfer (NaN when none)
+    resource: np.ndarray  # (n,) index into ``resources`` of that transfer (−1 when none)
+    resources: tuple[str, ...]  # contention resources, e.g. "A->B" or "A: stage 1->2"
+    busy_s: np.ndarray  # (pp,) compute seconds per stage
+    makespan_s: float  # last op end
+    contended: bool  # some transfers overlapped on a resource (event loop used)
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """Outcome of one simulated step."""
+
+    graph: OpGraph
+    groups: tuple[GroupTimeline, ...]
+    pipeline_end_s: float  # last compute op over all groups
+    dp_start_s: np.ndarray  # (pp, v) start of each chunk's DP sync
+    dp_end_s: np.ndarray  # (pp, v)
+    optimizer_start_s: float
+    step_time_s: float
+
+    @property
+    def exposed_dp_s(self) -> float:
+        """DP sync time not hidden behind the pipeline."""
+        return self.optimizer_start_s - self.pipeline_end_s
+
+    @property
+    def num_ops(self) -> int:
+        """Compute ops simulated (all groups)."""
+        return self.graph.num_ops * len(self.groups)
+
+
+def simulate_workload(workload: StepWorkload) -> SimResult:
+    """Simulate one step of ``workload`` (see the module docstring for the model)."""
+    graph = op_graph(workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
+    groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
+    pipeline_end = max(g.makespan_s for g in groups)
+    ready = np.max([g.end[graph.last_backward] for g in groups], axis=0)  # (pp, v)
+    dp_start, dp_end = _dp_sync(ready, np.asarray(workload.dp_sync_s, dtype=np.float64))
+    optimizer_start = max(pipeline_end, float(dp_end.max()))
+    return SimResult(
+        graph=graph, groups=groups, pipeline_end_s=pipeline_end, dp_start_s=dp_start, dp_end_s=dp_end,
+        optimizer_start_s=optimizer_start, step_time_s=optimizer_start + workload.optimizer_s,
+    )
+
+
+def _dp_sync(ready: np.ndarray, dp_sync_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, serialise chunk syncs in order of readiness; each starts ≥ its chunk's readiness."""
+    start, end = np.zeros_like(ready), np.zeros_like(ready)
+    for s in range(ready.shape[0]):
+        t = 0.0
+        for c in np.argsort(ready[s], kind="stable"):
+            start[s, c] = t = max(t, ready[s, c])
+            end[s, c] = t = t + dp_sync_s[s, c]
+    return start, end
+
+
+def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload) -> GroupTimeline:
+    """Timeline of one group: list-scheduling pass, event loop if transfers contend."""
+    bwd = group.bwd_input_s if graph.splits_backward else group.bwd_s
+    table = np.stack([group.fwd_s, bwd, group.bwd_weight_s]).astype(np.float64)  # (3, pp, v)
+    if table.shape[1:] != (graph.pp, graph.virtual_stages):
+        raise ValueError(f"group {group.name}: duration arrays must have shape (pp, v)")
+    dur = table[graph.kind, graph.stage, graph.chunk]
+    resources, pair_resource, work, latency = _resources(graph, group, workload)
+    remote = graph.remote
+    res = np.full(dur.size, -1, dtype=np.int64)
+    res[remote] = pair_resource[graph.pair_index[remote]]
+    serial, lat = np.zeros_like(dur), np.zeros_like(dur)
+    serial[remote], lat[remote] = work[res[remote]], latency[res[remote]]
+
+    end = _list_schedule(graph, dur, serial + lat)
+    send = np.where(remote, end[graph.data_dep], np.nan)
+    arrive = send + serial + lat
+    contended = _overlaps(send[remote], serial[remote], res[remote])
+    if contended:
+        end, send, arrive = _event_loop(graph, dur, res, work, latency)
+    return GroupTimeline(
+        name=group.name, start=end - dur, end=end, send=send, arrive=arrive, resource=res,
+        resources=resources, busy_s=np.add.reduceat(dur, graph.stage_start[:-1]),
+        makespan_s=float(end.max()), contended=contended,
+    )
+
+
+def _resources(
+    graph: OpGraph, group: PipelineGroup, workload: StepWorkload
+) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """Contention resources of a group: names, resource per stage pair, transfer seconds alone, latency."""
+    names: dict[str, int] = {}
+    pair_resource = np.empty(len(graph.pairs), dtype=np.int64)
+    work: list[float] = []
+    latency: list[float] = []
+    for k, (a, b) in enumerate(graph.pairs.tolist()):
+        src, dst = group.stage_building[a], group.stage_building[b]
+        name = f"{src}->{dst}" if src != dst else f"{src}: stage {a}->{b}"
+        if name not in names:
+            link = workload.link(src, dst)
+            names[name] = len(names)
+            work.append(workload.p2p_bytes / link.bandwidth_bytes_per_s)
+            latency.append(link.latency_s)
+        pair_resource[k] = names[name]
+    return tuple(names), pair_resource, np.array(work), np.array(latency)
+
+
+def _list_schedule(graph: OpGraph, dur: np.ndarray, transfer: np.ndarray) -> np.ndarray:
+    """End times by one pass in topological order: start = max(stream free, data arrived)."""
+    n = dur.size
+    end = [0.0] * (n + 1)  # end[-1] = 0.0 stands for "no predecessor"
+    order = graph.order
+    for i, prev, dep, x, d in zip(
+        graph.order_list, graph.prev_in_order, graph.dep_in_order, transfer[order].tolist(),
+        dur[order].tolist(), strict=True,
+    ):
+        a = end[dep] + x
+        b = end[prev]
+        end[i] = (a if a > b else b) + d
+    return np.array(end[:n])
+
+
+def _overlaps(send: np.ndarray, serial: np.ndarray, res: np.ndarray) -> bool:
+    """Whether two transfers' serialisation intervals overlap on one resource."""
+    if send.size < 2:
+        return False
+    idx = np.lexsort((send, res))
+    s, e, r = send[idx], (send + serial)[idx], res[idx]
+    tol = 1e-12 * max(float(e.max()), 1e-300)
+    return bool(np.any((r[1:] == r[:-1]) & (s[1:] < e[:-1] - tol)))
+
+
+_OP_END, _ARRIVE, _RESOURCE = 0, 1, 2
+
+
+def _event_loop(
+    graph: OpGraph, dur: np.ndarray, res: np.ndarray, work: np.ndarray, latency: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact timeline with processor-sharing transfers: (op end, transfer send, transfer arrival).
+
+    Each resource keeps a virtual clock advancing at 1/n per second with n active transfers; a
+    transfer needing w seconds alone completes when the clock passes its start value + w.
+    """
+    n = dur.size
+    durs = dur.tolist()
+    res_l = res.tolist()
+    work_l, lat_l = work.tolist(), latency.tolist()
+    stream_next, consumers = graph.stream_next.tolist(), graph.consumers.tolist()
+    pending = ((graph.stream_prev >= 0).astype(np.int64) + (graph.data_dep >= 0)).tolist()
+    end = [0.0] * n
+    send = [float("nan")] * n
+    arrive = [float("nan")] * n
+    nres = len(work_l)
+    clock, last, active, version = [0.0] * nres, [0.0] * nres, [0] * nres, [0] * nres
+    queues: list[list[tuple[float, int]]] = [[] for _ in range(nres)]
+    tol = 1e-12 * max(work_l, default=0.0)
+    events: list[tuple[float, int, int, int]] = [(durs[i], _OP_END, i, 0) for i in range(n) if pending[i] == 0]
+    heapq.heapify(events)
+    push, pop = heapq.heappush, heapq.heappop
+
+    def advance(r: int, t: float) -> None:
+        if active[r]:
+            clock[r] += (t - last[r]) / active[r]
+        last[r] = t
+
+    def reschedule(r: int, t: float) -> None:
+        version[r] += 1
+        push(events, (t + (queues[r][0][0] - clock[r]) * active[r], _RESOURCE, r, version[r]))
+
+    while events:
+        t, etype, i, ver = pop(events)
+        if etype == _OP_END:
+            end[i] = t
+            ready = [stream_next[i]]
+            for c in consumers[i]:
+                if c < 0:
+                    continue
+                r = res_l[c]
+                if r < 0:
+                    ready.append(c)
+                    continue
+                advance(r, t)
+                send[c] = t
+                heapq.heappush(queues[r], (clock[r] + work_l[r], c))
+                active[r] += 1
+                reschedule(r, t)
+        elif etype == _RESOURCE:
+            if ver != version[i]:
+                continue
+            advance(i, t)
+            queue = queues[i]
+            while queue and queue[0][0] <= clock[i] + tol:
+                c = heapq.heappop(queue)[1]
+                active[i] -= 1
+                arrive[c] = t + lat_l[i]
+                push(events, (arrive[c], _ARRIVE, c, 0))
+            if queue:
+                reschedule(i, t)
+            continue
+        else:
+            ready = [i]
+        for j in ready:
+            if j >= 0:
+                pending[j] -= 1
+                if pending[j] == 0:
+                    push(events, (t + durs[j], _OP_END, j, 0))
+    return np.array(end), np.array(send), np.array(arrive)

@@ -1,0 +1,92 @@
+"""Shared fixtures: repository paths, shipped-instance loading, CLI invocation, schedule availability.
+
+Every path is derived from this file's location, so the tests do not depend on the working directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from scaleacross_opt.io import load_instance
+from scaleacross_opt.spec import Instance
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository root (parent of ``tests/``)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def instances_dir(repo_root: Path) -> Path:
+    """``instances/``: the shipped cluster + job instances."""
+    return repo_root / "instances"
+
+
+@pytest.fixture(scope="session")
+def models_dir(repo_root: Path) -> Path:
+    """``models/``: the shipped model architectures."""
+    return repo_root / "models"
+
+
+@pytest.fixture(scope="session")
+def load_shipped_instance(instances_dir: Path) -> Callable[[str], Instance]:
+    """``load_shipped_instance("two-buildings-campus-llama3-405b")`` loads ``instances/<name>.yaml``."""
+
+    def load(name: str) -> Instance:
+        path = instances_dir / (name if name.endswith((".yaml", ".yml", ".json")) else f"{name}.yaml")
+        return load_instance(path)
+
+    return load
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one CLI invocation produced (stdout and stderr kept apart)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None
+
+
+def _runner() -> CliRunner:
+    try:  # click < 8.2 mixes stderr into stdout unless told otherwise
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:  # click ≥ 8.2 always keeps them apart
+        return CliRunner()
+
+
+@pytest.fixture
+def run_cli() -> Callable[[Sequence[str]], CliResult]:
+    """Run ``scaleacross-opt ARGS`` in-process; returns exit code, stdout, stderr, exception."""
+    from scaleacross_opt.cli import main
+
+    def run(args: Sequence[str]) -> CliResult:
+        result = _runner().invoke(main, [str(a) for a in args], catch_exceptions=True)
+        exception = result.exception if not isinstance(result.exception, SystemExit) else None
+        return CliResult(result.exit_code, result.stdout, result.stderr, exception)
+
+    return run
+
+
+def schedules_registered(*names: str) -> bool:
+    """True when every schedule in ``names`` is registered (the schedules package may still be filling)."""
+    from scaleacross_opt.schedules import schedule_names
+
+    return set(names) <= set(schedule_names())
+
+
+@pytest.fixture
+def one_f_one_b() -> str:
+    """The name of the 1F1B schedule; skips the test while no such schedule is registered."""
+    if not schedules_registered("1f1b"):
+        pytest.skip("schedule '1f1b' is not registered yet (scaleacross_opt.schedules is being filled)")
+    return "1f1b"
