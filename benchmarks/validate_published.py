@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-import scaleacross_opt.schedules.interleaved  # noqa: F401  (registers interleaved-1f1b)
+import scaleacross_opt.schedules.interleaved  # registers interleaved-1f1b
 import scaleacross_opt.schedules.one_f_one_b  # noqa: F401  (registers 1f1b)
 from scaleacross_opt.catalog.gpus import gpu_by_name
 from scaleacross_opt.cost.memory import MemoryBreakdown, memory_per_gpu
@@ -113,6 +113,8 @@ REASONS = {
     "fp8": "FP8 GEMM efficiency ratio (0.75 of FP8 peak-relative) is assumed, not calibrated",
     "h100_500w": "H100 capped at 500 W (lower clocks) not modelled; efficiency is the H200 calibration",
     "a100": "A100 efficiency assumed equal to the H200 calibration (no A100 measurement)",
+    "long_cp": "long context (>= 32k): flash efficiency beyond the calibrated 32k and torchtitan 2024 ring-attention "
+    "(CP) overlap not calibrated",
 }
 
 
@@ -224,7 +226,8 @@ def build_case(row: dict[str, str]) -> Case:
     config = META_ROCE if gpu is H100_96GB else IB
     plan = Plan(
         tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v, micro_batch_size=mb,
-        schedule="interleaved-1f1b" if v > 1 else "1f1b", recompute=_recompute(row["recompute"], framework), zero_stage=zero,
+        schedule="interleaved-1f1b" if v > 1 else "1f1b", recompute=_recompute(row["recompute"], framework),
+        zero_stage=zero,
         placement=Placement(
             cross_building=CrossBuilding.NONE, buildings=[BuildingShare(building="dc", dp_replicas=dp, pp_stages=pp)],
             layers_per_stage=even_layers(model.layers, pp),
@@ -234,7 +237,7 @@ def build_case(row: dict[str, str]) -> Case:
     reasons = tuple(
         key for key, hit in (
             ("zero3", zero == 3 and "DeepSpeed" in framework), ("fp8", fp8), ("h100_500w", gpu is H100_96GB),
-            ("a100", gpu.name.startswith("A100")),
+            ("a100", gpu.name.startswith("A100")), ("long_cp", seq >= 32768),
         ) if hit
     )
     measured = _measured(row, model, seq, n, gbs)

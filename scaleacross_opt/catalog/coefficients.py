@@ -69,9 +69,11 @@ GRAD_REDUCE_BYTES = 2
 # stores the s×s attention scores: the 5·a·s/h term of Korthikanti et al. 2022 is dropped unless False.
 FLASH_ATTENTION = True
 # Allowance for CUDA context, NCCL buffers, cuBLAS workspace and allocator fragmentation:
-# a fixed part plus a fraction of everything else. PyTorch's caching allocator typically reserves
-# 5–10 % above allocated memory (PyTorch CUDA memory-management notes); the CUDA context + NCCL
-# channels take ~1–2 GiB per GPU (NCCL docs: NCCL_BUFFSIZE 4 MiB × channels × peers).
+# a fixed part plus a fraction of the activations. Only activations are allocated tensor by tensor
+# through PyTorch's caching allocator, which reserves ~5–10 % above what is allocated (PyTorch CUDA
+# memory-management notes); weights, grads and optimizer states live in contiguous buffers
+# (Megatron-Core grad/param buffers, FSDP2 flat shards). The CUDA context + NCCL channels take
+# ~1–2 GiB per GPU (NCCL docs: NCCL_BUFFSIZE 4 MiB × channels × peers).
 MEMORY_FIXED_OVERHEAD_GIB = 2.0
 MEMORY_FRAGMENTATION_FRACTION = 0.05
 # ZeRO-3 keeps the gathered weights of the current and the prefetched layer (DeepSpeed default

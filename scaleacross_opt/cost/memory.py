@@ -9,7 +9,8 @@ bytes for a GPT layer without parallelism, ÷t with tensor + sequence parallelis
 selective recompute, 2·s·b·h/t (layer input only) with full recompute. ``activation_bytes_per_layer``
 generalises the 34 to GQA and SwiGLU/MoE MLPs term by term (it gives exactly 34 for a GPT layer);
 context parallelism divides s. Flash attention never stores the s×s scores (coefficient
-``FLASH_ATTENTION``). Activations are multiplied by the schedule's micro-batches in flight.
+``FLASH_ATTENTION``). Activations are multiplied by the micro-batches in flight on that stage
+(``stage_in_flight``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..catalog import coefficients as co
+from ..schedules.base import OpKind
 from ..schedules.registry import get_schedule
 from ..spec.instance import Instance
 from ..spec.job import Precision
@@ -221,6 +223,27 @@ def activation_bytes_per_layer(
 # --------------------------------------------------------------------------------------------------
 
 
+def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> list[float]:
+    """Micro-batches in flight per stage: the schedule's worst-stage closed form × each stage's share.
+
+    The share is stage s's peak of forwarded-but-not-backpropagated chunks in the op order
+    (``stage_ops``, with m capped at 4·pp·v since the warm-up peak does not grow beyond) ÷ the largest
+    such peak: 1F1B's stage s holds pp − s, interleaved's last stage (v−1)·pp + 1 chunks.
+    """
+    schedule = get_schedule(schedule_name)
+    worst = schedule.in_flight_microbatches(pp, virtual_stages, num_microbatches)
+    ops = schedule.stage_ops(pp, virtual_stages, min(num_microbatches, 4 * pp * virtual_stages))
+    peaks = []
+    for stage_ops in ops:
+        live = peak = 0
+        for op in stage_ops:
+            live += 1 if op.kind is OpKind.F else (-1 if op.kind is OpKind.B else 0)
+            peak = max(peak, live)
+        peaks.append(peak)
+    top = max(peaks) or 1
+    return [worst * p / top for p in peaks]
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Memory of the worst (stage, building) GPU, GiB."""
@@ -247,7 +270,9 @@ class MemoryBreakdown:
         return self.total_gib <= self.capacity_gib
 
 
-def _stage_memory(instance: Instance, plan: Plan, stage: int, building: str) -> MemoryBreakdown:
+def _stage_memory(
+    instance: Instance, plan: Plan, stage: int, building: str, in_flight: float
+) -> MemoryBreakdown:
     model, job = instance.job.model_spec, instance.job
     dp_group = plan.dp * plan.cp
     expert_group = max(1, dp_group // plan.ep)
@@ -270,22 +295,23 @@ def _stage_memory(instance: Instance, plan: Plan, stage: int, building: str) -> 
         )
         weights += co.ZERO3_GATHERED_LAYERS * biggest * co.WEIGHT_BYTES
 
-    m = plan.num_microbatches(job.global_batch_size)
-    in_flight = get_schedule(plan.schedule).in_flight_microbatches(plan.pp, plan.virtual_stages, max(1, m))
     args = (job.seq_len, plan.micro_batch_size, plan.tp, plan.cp)
     per_mb = sum(
-        activation_bytes_per_layer(model, k, *args, plan.recompute) for chunk in kinds for k in chunk
+        activation_bytes_per_layer(model, k, *args, plan.recompute, job.precision)
+        for chunk in kinds
+        for k in chunk
     )
     activations = in_flight * per_mb
     if plan.recompute is Recompute.FULL and any(kinds):  # the layer being recomputed, fully materialised
         activations += max(
-            activation_bytes_per_layer(model, k, *args, Recompute.NONE) for c in kinds for k in c
+            activation_bytes_per_layer(model, k, *args, Recompute.NONE, job.precision)
+            for c in kinds
+            for k in c
         )
     if stage == model_order(plan)[-1][0]:
         tokens = job.seq_len * plan.micro_batch_size / plan.cp
         activations += co.LOGITS_BYTES_PER_ELEMENT * tokens * model.vocab_size / plan.tp
-    used = (weights + grads + optimizer + activations) / GIB
-    overhead = co.MEMORY_FIXED_OVERHEAD_GIB + co.MEMORY_FRAGMENTATION_FRACTION * used
+    overhead = co.MEMORY_FIXED_OVERHEAD_GIB + co.MEMORY_FRAGMENTATION_FRACTION * activations / GIB
     capacity = instance.cluster.building(building).gpu_spec.hbm_gib
     return MemoryBreakdown(
         stage, building, weights / GIB, grads / GIB, optimizer / GIB, activations / GIB, overhead, capacity
@@ -295,5 +321,7 @@ def _stage_memory(instance: Instance, plan: Plan, stage: int, building: str) -> 
 def memory_per_gpu(instance: Instance, plan: Plan) -> MemoryBreakdown:
     """Memory of the worst (stage, building) pair: the one with the least headroom (capacity − total)."""
     pairs = {(s, b) for stage_map, _ in stage_maps(plan) for s, b in enumerate(stage_map)}
-    breakdowns = [_stage_memory(instance, plan, s, b) for s, b in sorted(pairs)]
+    m = max(1, plan.num_microbatches(instance.job.global_batch_size))
+    in_flight = stage_in_flight(plan.schedule, plan.pp, plan.virtual_stages, m)
+    breakdowns = [_stage_memory(instance, plan, s, b, in_flight[s]) for s, b in sorted(pairs)]
     return min(breakdowns, key=lambda mb: mb.capacity_gib - mb.total_gib)

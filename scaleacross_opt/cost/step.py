@@ -7,7 +7,8 @@ Communication per micro-batch and layer (per GPU; S_act = tokens·h·2 bytes, to
   else over the NIC; ``TP_OVERLAP_FRACTION`` of it hidden.
 - CP (ring attention): cp−1 exchanges of the K/V block (2·tokens·kv·2/tp bytes) in forward, twice that
   (K/V and their gradients) in backward, hidden behind the attention compute when shorter.
-- EP: all-to-all dispatch + combine of tokens·top_k·h·2 bytes in forward and in backward over ep ranks,
+- EP: all-to-all dispatch + combine of (tokens/tp)·top_k·h·2 bytes (each TP rank routes its sequence-
+  parallel slice) in forward and in backward over ep ranks,
   NVLink when ep·tp GPUs fit a node, else the NIC; ``EP_OVERLAP_FRACTION`` hidden.
 - ZeRO-3: all-gather of the chunk's bf16 weights in forward and again in backward per micro-batch,
   hidden behind ``ZERO3_OVERLAP_FRACTION`` of its compute (reported as exposed DP).
@@ -129,7 +130,7 @@ def _layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerK
     if kind is LayerKind.MOE and plan.ep > 1:
         assert model.moe is not None
         ep_link = _group_path(building, intra, plan.ep * plan.tp)
-        routed = shard.tokens * model.moe.top_k * model.hidden_size * 2
+        routed = shard.tokens * model.moe.top_k * model.hidden_size * 2 / plan.tp  # SP: T/tp tokens per rank
         ep_fwd = 2 * all_to_all_s(plan.ep, routed, ep_link.bandwidth_bytes_per_s, ep_link.latency_s)
         ep_fwd *= 1.0 - co.EP_OVERLAP_FRACTION
     out["ep"] = (ep_fwd, ep_fwd)

@@ -1,0 +1,60 @@
+"""The optimizer: design space → CP-SAT model → simulator-in-the-loop refinement.
+
+``solve(instance, time_limit_s, seed, top_k)`` returns a ``SolveResult`` whose plan passed the
+independent validator (``validation.plan_checks.validate_plan``) and was simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..cost.report import StepReport
+from ..errors import InfeasibleError
+from ..spec import Instance, Plan
+from ..validation.plan_checks import validate_plan
+from .coefficients import build_coefficients, prune_space
+from .cpsat.build import build_model
+from .diagnose import infeasibility_reason
+from .refine import refine
+from .result import SolveResult, SolveStats
+from .space import design_space
+
+__all__ = ["SolveResult", "SolveStats", "solve"]
+
+
+def _simulate(instance: Instance, plan: Plan) -> StepReport:
+    from ..simulator import simulate
+
+    return simulate(instance, plan)
+
+
+def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_k: int = 8,
+          progress: Callable[[str], None] | None = None,
+          evaluate: Callable[[Instance, Plan], StepReport] = _simulate) -> SolveResult:
+    """Find the plan with the shortest step for ``instance``.
+
+    ``evaluate`` gives the step time the search optimises (default: the discrete-event simulator; the
+    closed-form ``cost.step.estimate`` is a faster, coarser alternative). Same instance and seed give
+    the same plan unless the time limit cuts the search short. Raises ``InfeasibleError`` with the
+    reason when no plan fits.
+    """
+    from ..cost.step import estimate
+
+    space = prune_space(instance, design_space(instance))
+    coefficients = build_coefficients(instance, space)
+    pv = build_model(instance, space, coefficients)
+    if progress:
+        proto = pv.model.Proto()
+        progress(f"CP-SAT model: {len(proto.variables)} variables, {len(proto.constraints)} constraints; "
+                 f"{len(space.shapes)} shard shapes, {len(space.intra_network)} intra / "
+                 f"{len(space.cross_network)} cross network options after dominance pruning")
+    best, stats = refine(pv, evaluate, time_limit_s=time_limit_s, seed=seed, top_k=top_k, progress=progress)
+    if best is None or best.report is None:
+        if stats.status == "time_limit":
+            raise InfeasibleError(f"no feasible plan found within the time limit of {time_limit_s:g} s")
+        raise InfeasibleError(infeasibility_reason(instance, space))
+    problems = validate_plan(best.plan, instance)
+    assert not problems, f"validator rejected the returned plan: {problems}"
+    return SolveResult(plan=best.plan, report=best.report,
+                       estimate_step_time_s=estimate(instance, best.plan).step_time_s,
+                       cpsat_bound_s=best.bound_s, stats=stats)

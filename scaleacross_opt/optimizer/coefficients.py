@@ -7,24 +7,31 @@ lower bound of what the simulator charges for the same plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
-from ..spec import CollectiveAlgorithm
+from ..catalog import coefficients as co
+from ..cost.compute import LayerKind, Shard, embedding_times, layer_times, lm_head_times
+from ..cost.memory import activation_bytes_per_layer, layer_params
+from ..cost.network import effective_path
+from ..cost.step import _layer_comm as layer_comm  # noqa: PLC2701 (made public when step.py settles)
+from ..cost.step import fabric_path
+from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
-from .space import Shape
+from .space import DesignSpace, Shape
 
 
 @dataclass(frozen=True)
 class Coefficients:
     """Cost-model numbers the CP-SAT model multiplies its decision variables by (µs, MiB)."""
 
-    layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch on GPU type, incl. exposed TP/CP/EP
+    layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP
     head_us: dict[Shape, int]  # embedding + LM head fwd+bwd per micro-batch on the fastest GPU
-    act_mib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
-    unsharded_mib_per_layer: dict[tuple[Shape, int], float]  # state not sharded over DP, per layer
-    sharded_mib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
-    capacity_mib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
-    grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer
+    act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
+    unsharded_kib_per_layer: dict[tuple[Shape, int], float]  # state not sharded over DP, per layer
+    sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
+    capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
+    grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     intra_us_per_mib: dict[Transport, float]  # DP sync per MiB per GPU inside a building (bandwidth part)
     intra_hop_us: int  # one point-to-point hop inside a building
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
@@ -33,3 +40,173 @@ class Coefficients:
     model_grad_mib: float  # gradient bytes of one full replica
     pp_link_mib_per_chunk: float  # activation + gradient MiB crossing one boundary per step, per virtual chunk
     optimizer_us_per_layer_pp: dict[str, float]  # optimizer step per unit of layers·pp on this building's GPU
+    zero3_gather_us_per_layer: dict[Shape, int]  # ZeRO-3 weight all-gathers (fwd + bwd) per layer per micro-batch
+    zero3_step_us: dict[Shape, int]  # latency of one ZeRO-3 all-gather ring step for this shape's DP path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building the coefficients from the cost model
+# ---------------------------------------------------------------------------------------------------
+
+MIB = 1 << 20
+KIB = 1 << 10
+# Connection counts at which transports are compared for dominance (the cost model's ECMP and window
+# effects depend on how many flows share a path).
+_FLOW_PROBES = (1, 4, 16, 64, 256, 1024, 16384, 1 << 20)
+
+
+def _probe_plan(shape: Shape, transport: TrafficClassConfig) -> Plan:
+    """A plan carrying only what per-layer costs depend on (degrees of the shard, network settings)."""
+    return Plan(tp=shape.tp, cp=shape.cp, pp=1, dp=1, ep=shape.ep, micro_batch_size=shape.micro_batch_size,
+                schedule="1f1b", recompute=shape.recompute, zero_stage=1,
+                network=NetworkConfig(intra_building=transport, cross_building=transport))
+
+
+def _kinds(model: ModelSpec) -> list[LayerKind]:
+    kinds = [LayerKind.MOE] if model.moe is not None else []
+    if model.moe is None or model.moe.first_dense_layers:
+        kinds.append(LayerKind.DENSE)
+    return kinds
+
+
+def _transport_signature(instance: Instance, config: TrafficClassConfig, cross: bool) -> list[float]:
+    """Bandwidths (negated, so smaller is better) and latencies the cost model derives from ``config``."""
+    out: list[float] = []
+    if not cross:
+        for building in instance.cluster.buildings:
+            path = fabric_path(building, config)
+            out += [-path.bandwidth_bytes_per_s, path.latency_s]
+        return out
+    names = [b.name for b in instance.cluster.buildings]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            route = instance.cluster.route(a, b)
+            for flows in _FLOW_PROBES:
+                path = effective_path(route.bandwidth_gbps, route.latency_us, route.loss_rate, config, flows,
+                                      co.CROSS_BUILDING_PATHS)
+                out += [-path.bandwidth_bytes_per_s, path.latency_s]
+    return out
+
+
+def undominated(instance: Instance, options: tuple[TrafficClassConfig, ...], cross: bool
+                ) -> tuple[TrafficClassConfig, ...]:
+    """Drop transport settings that the cost model rates no better than another on every path and
+    flow count (ties keep the first option, so defaults win). Collective algorithms are kept apart."""
+    if not options:
+        return options
+    signatures = {}
+    for option in options:
+        key = option.model_copy(update={"collective_algorithm": options[0].collective_algorithm})
+        if key not in signatures:
+            signatures[key] = _transport_signature(instance, key, cross)
+    kept: list[TrafficClassConfig] = []
+    items = list(signatures.items())
+    for i, (key, sig) in enumerate(items):
+        dominated = any(
+            all(o <= s for o, s in zip(other, sig, strict=True)) and (other != sig or j < i)
+            for j, (_, other) in enumerate(items) if j != i
+        )
+        if not dominated:
+            kept.append(key)
+    return tuple(o for o in options
+                 if o.model_copy(update={"collective_algorithm": options[0].collective_algorithm}) in kept)
+
+
+def prune_space(instance: Instance, space: DesignSpace) -> DesignSpace:
+    """The space with dominated transport settings removed (same optimum, far fewer symmetric plans)."""
+    return replace(space, intra_network=undominated(instance, space.intra_network, cross=False),
+                   cross_network=undominated(instance, space.cross_network, cross=True))
+
+
+def _layer_us(instance: Instance, shape: Shape, building: Building, transports: list[Transport]) -> int:
+    model, job = instance.job.model_spec, instance.job
+    shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
+    best = math.inf
+    for kind in _kinds(model):
+        compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
+        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config), building, kind).values())
+                   for t in transports)
+        best = min(best, compute.fwd_s + compute.bwd_s + comm)
+    return int(best * 1e6)
+
+
+def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
+    """Evaluate the cost model at every factor value the CP-SAT model multiplies by."""
+    model, job = instance.job.model_spec, instance.job
+    buildings = instance.cluster.buildings
+    n = instance.num_gpus
+    from .cpsat.variables import split_network_options
+
+    _, intra_transports = split_network_options(space.intra_network)
+    cross_algorithms, cross_transports = (split_network_options(space.cross_network) if space.cross_network
+                                          else ([], []))
+    kinds = _kinds(model)
+    layer_us, head_us, act, unsharded, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}
+    full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
+    for shape in space.shapes:
+        shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
+        for building in buildings:
+            layer_us[(shape, building.name)] = _layer_us(instance, shape, building, intra_transports)
+        head_us[shape] = int(min(
+            (embedding_times(model, shard, b.gpu_spec) + lm_head_times(model, shard, b.gpu_spec, job.precision))
+            .fwd_s * 1e6 + (embedding_times(model, shard, b.gpu_spec)
+                            + lm_head_times(model, shard, b.gpu_spec, job.precision)).bwd_s * 1e6
+            for b in buildings))
+        act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
+                                                    shape.cp, shape.recompute) for k in kinds) / KIB
+        per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
+        for zero in space.zero_stages:
+            unsharded[(shape, zero)] = per_gpu * _unsharded_bytes(zero) / KIB
+        # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it.
+        grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB)
+        # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
+        # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
+        gather_bw, gather_latency = _dp_path_best(instance, shape, intra_transports)
+        zero3[shape] = int(2 * per_gpu * co.WEIGHT_BYTES / 2 / gather_bw * 1e6)
+        zero3_step[shape] = int(gather_latency * 1e6)
+    sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
+               / n / KIB for zero in space.zero_stages}
+    capacity = {b.name: int(((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)
+                             / (1 + co.MEMORY_FRAGMENTATION_FRACTION)) * (1 << 30) / KIB) for b in buildings}
+    intra_us = {t: min(MIB / fabric_path(b, t.config).bandwidth_bytes_per_s * 1e6 for b in buildings)
+                for t in intra_transports}
+    intra_hop = int(min(fabric_path(b, t.config).latency_s for b in buildings for t in intra_transports) * 1e6)
+    cross_us, cross_hop = {}, {}
+    names = [b.name for b in buildings]
+    routes = [instance.cluster.route(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    for t in cross_transports:
+        paths = [effective_path(r.bandwidth_gbps, r.latency_us, r.loss_rate, t.config, n, co.CROSS_BUILDING_PATHS)
+                 for r in routes]
+        cross_us[t] = min(MIB / p.bandwidth_bytes_per_s * 1e6 for p in paths)
+        cross_hop[t] = int(min(p.latency_s for p in paths) * 1e6)
+    steps = {CollectiveAlgorithm.RING: "linear", CollectiveAlgorithm.TREE: "log", CollectiveAlgorithm.PAT: "log",
+             CollectiveAlgorithm.HIERARCHICAL: "buildings"}
+    total_params = full_params * model.layers
+    optimizer_us = {b.name: full_params * co.ADAM_BYTES_PER_PARAM / n
+                    / (b.gpu_spec.hbm_bandwidth_gb_per_s * 1e9 * co.HBM_EFFICIENCY) * 1e6 for b in buildings}
+    return Coefficients(
+        layer_us=layer_us, head_us=head_us, act_kib_per_layer=act, unsharded_kib_per_layer=unsharded,
+        sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
+        intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
+        cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
+        model_grad_mib=total_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
+        pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
+        optimizer_us_per_layer_pp=optimizer_us, zero3_gather_us_per_layer=zero3, zero3_step_us=zero3_step,
+    )
+
+
+def _dp_path_best(instance: Instance, shape: Shape, transports: list[Transport]) -> tuple[float, float]:
+    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``."""
+    paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
+    bandwidth = max(p.bandwidth_bytes_per_s for p in paths)
+    latency = min(p.latency_s for p in paths)
+    if any(shape.tp * shape.cp < min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings):
+        nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
+        bandwidth, latency = max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6)
+    return bandwidth, latency
+
+
+def _unsharded_bytes(zero: int) -> float:
+    """Bytes per parameter each GPU keeps whole under ZeRO stage ``zero`` (the rest is split over DP)."""
+    return ((co.WEIGHT_BYTES if zero < 3 else 0) + (co.GRAD_BYTES if zero < 2 else 0)
+            + (co.OPTIMIZER_BYTES if zero < 1 else 0))

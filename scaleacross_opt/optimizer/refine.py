@@ -126,10 +126,12 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
                 ratio = bound / report.step_time_s
                 ratios.append(ratio)
                 stats.bound_error = max(stats.bound_error, ratio - 1)
+                if ratio > 1.001:
+                    import sys; print("OVER", ratio, plan.model_dump_json(exclude={'network'}), report.breakdown, file=sys.stderr)
             if best is None or report.step_time_s < best.report.step_time_s:
                 best = Candidate(plan, bound, report)
                 hint = snapshot
-            stats.history.append({"bound_s": bound, "simulated_s": report.step_time_s})
+            stats.history.append({"bound_s": bound, "simulated_s": report.step_time_s, "plan": plan})
             if progress:
                 progress(f"round {stats.rounds}: bound {bound:.4f} s, simulated {report.step_time_s:.4f} s, "
                          f"best {best.report.step_time_s:.4f} s")

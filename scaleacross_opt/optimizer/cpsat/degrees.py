@@ -17,8 +17,9 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
     return out
 
 
-def add_degree_constraints(pv: PlanVars) -> cp_model.IntVar:
-    """Post the degree constraints; returns the in-flight micro-batches variable (×IN_FLIGHT_SCALE)."""
+def add_degree_constraints(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
+    """Post the degree constraints; returns the in-flight micro-batches variable (×IN_FLIGHT_SCALE) and its
+    upper bound."""
     model, instance = pv.model, pv.instance
     n = instance.num_gpus
     gbs = instance.job.global_batch_size
@@ -40,7 +41,7 @@ def add_degree_constraints(pv: PlanVars) -> cp_model.IntVar:
     return _add_schedule_table(pv)
 
 
-def _add_schedule_table(pv: PlanVars) -> cp_model.IntVar:
+def _add_schedule_table(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
     """Allowed (schedule-chunk index, pp, m) triples with the schedule's in-flight micro-batches."""
     model = pv.model
     m_values = pv.microbatch_values
@@ -54,9 +55,9 @@ def _add_schedule_table(pv: PlanVars) -> cp_model.IntVar:
                     rows.append((index, pp, m, int(in_flight * IN_FLIGHT_SCALE + 0.999)))
     if not rows:
         model.AddBoolOr([])  # nothing can run: infeasible
-        return model.NewConstant(0)
+        return model.NewConstant(0), 0
     index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
     model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
     in_flight = model.NewIntVar(0, max(r[3] for r in rows), "in_flight_x100")
     model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, in_flight], rows)
-    return in_flight
+    return in_flight, max(r[3] for r in rows)

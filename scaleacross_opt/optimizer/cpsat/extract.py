@@ -74,9 +74,17 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     """Break symmetry: settings that cannot affect a plan's cost are pinned to their first option.
 
     Cross-building network settings matter only when something crosses; the cross-building
-    collective algorithm only when DP crosses.
+    collective algorithm only when DP crosses; with one pipeline stage every schedule runs the same
+    ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations.
     """
     model = pv.model
+    if 1 in pv.pp.values:
+        from ...schedules import get_schedule
+
+        pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i)
+                 for i, (name, v) in enumerate(pv.schedule_chunks.values) if get_schedule(name).check(1, v, 8) is None]
+        if pairs:
+            model.Add(pv.schedule_chunks.lits[min(pairs)[1]] == 1).OnlyEnforceIf(pv.pp.lit(1))
     if pv.cross_transport is None or pv.cross_algorithm is None:
         return
     for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True):

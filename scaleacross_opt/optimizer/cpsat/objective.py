@@ -26,7 +26,7 @@ from ..coefficients import Coefficients
 from .variables import PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
-HORIZON_US = 10**13  # ~4 months: larger than any step
+HORIZON_US = 10**11  # ~28 hours: larger than any step, small enough that scaled sums stay in int64
 
 
 def _new(model: cp_model.CpModel, name: str, upper: int = HORIZON_US) -> cp_model.IntVar:
@@ -62,8 +62,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     stage_times = []
     t_max = _new(model, "t_max")
     for b, building in enumerate(buildings):
-        gpu = building.gpu_spec.name
-        weights = [coeffs.layer_us[(shape, gpu)] for shape in pv.shape.values]
+        weights = [coeffs.layer_us[(shape, building.name)] for shape in pv.shape.values]
         per_layer = _new(model, f"layer_us[{building.name}]", max(weights))
         model.Add(per_layer == pv.shape.linear(weights))
         t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
@@ -98,6 +97,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1) + cross_hops)
     model.Add(pipeline >= compute + bubble + head + hops)
+    if 3 in pv.zero.values:
+        _add_zero3_gathers(pv, coeffs, pipeline)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
     dp_total = _add_dp_sync(pv, coeffs)
@@ -120,6 +121,26 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     pv.terms.update(compute=compute, bubble=bubble, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     optimizer=optimizer, step=step, t_max=t_max)
     return step
+
+
+def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar) -> None:
+    """ZeRO-3: the gathers of every micro-batch run on one stream, so the pipeline lasts at least their
+    sum: m·layers·(bytes/bandwidth) + 2(dp·cp−1) ring steps per micro-batch, where m·(dp−1) = gbs/mbs − m."""
+    model = pv.model
+    zero3 = pv.zero.lit(3)
+    gbs = pv.instance.job.global_batch_size
+    weights = [coeffs.zero3_gather_us_per_layer[shape] for shape in pv.shape.values]
+    per_layer = _new(model, "zero3_us_per_layer", max(weights))
+    model.Add(per_layer == pv.shape.linear(weights))
+    step_us = _new(model, "zero3_step_us", max(coeffs.zero3_step_us.values()))
+    model.Add(step_us == pv.shape.linear([coeffs.zero3_step_us[shape] for shape in pv.shape.values]))
+    ring_steps = _new(model, "zero3_ring_steps", 2 * gbs)
+    model.Add(ring_steps == 2 * (pv.micro_batch.linear([gbs // b for b in pv.micro_batch.values]) - pv.microbatches))
+    latency = _product(model, "zero3_latency_us", ring_steps, step_us)
+    for b, building in enumerate(pv.instance.cluster.buildings):
+        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], per_layer)
+        total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
+        model.Add(pipeline >= total + latency).OnlyEnforceIf(zero3)
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
