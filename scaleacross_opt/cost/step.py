@@ -105,7 +105,7 @@ class _ChunkCost:
     exposed: dict[str, float]  # per class, fwd + bwd of one micro-batch
 
 
-def _layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
+def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
     """Exposed TP/CP/EP seconds (fwd, bwd) of one layer for one micro-batch."""
     model, job = instance.job.model_spec, instance.job
     assert plan.network is not None
@@ -150,7 +150,7 @@ def _chunk_cost(
     for kind in set(kinds):
         count = kinds.count(kind)
         compute = layer_times(model, kind, shard, gpu, job.precision, plan.recompute)
-        comm = _layer_comm(instance, plan, building, kind)
+        comm = layer_comm(instance, plan, building, kind)
         fwd_comm = sum(f for f, _ in comm.values())
         bwd_comm = sum(b for _, b in comm.values())
         total = total + OpTimes(

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
-from ..cost.compute import LayerKind, Shard, embedding_times, layer_times, lm_head_times
+from ..cost.compute import LayerKind, Shard, layer_times, lm_head_times
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import _layer_comm as layer_comm  # noqa: PLC2701 (made public when step.py settles)
+from ..cost.step import layer_comm
 from ..cost.step import fabric_path
 from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
@@ -26,7 +26,7 @@ class Coefficients:
     """Cost-model numbers the CP-SAT model multiplies its decision variables by (µs, MiB)."""
 
     layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP
-    head_us: dict[Shape, int]  # embedding + LM head fwd+bwd per micro-batch on the fastest GPU
+    head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
     unsharded_kib_per_layer: dict[tuple[Shape, int], float]  # state not sharded over DP, per layer
     sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
@@ -147,11 +147,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         for building in buildings:
             layer_us[(shape, building.name)] = _layer_us(instance, shape, building, intra_transports)
-        head_us[shape] = int(min(
-            (embedding_times(model, shard, b.gpu_spec) + lm_head_times(model, shard, b.gpu_spec, job.precision))
-            .fwd_s * 1e6 + (embedding_times(model, shard, b.gpu_spec)
-                            + lm_head_times(model, shard, b.gpu_spec, job.precision)).bwd_s * 1e6
-            for b in buildings))
+        for b in buildings:
+            head = lm_head_times(model, shard, b.gpu_spec, job.precision)
+            head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
         act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
                                                     shape.cp, shape.recompute) for k in kinds) / KIB
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
@@ -161,7 +159,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
-        gather_bw, gather_latency = _dp_path_best(instance, shape, intra_transports)
+        gather_bw, gather_latency = _dp_path_best(instance, space, shape, intra_transports)
         zero3[shape] = int(2 * per_gpu * co.WEIGHT_BYTES / 2 / gather_bw * 1e6)
         zero3_step[shape] = int(gather_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
@@ -195,12 +193,15 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     )
 
 
-def _dp_path_best(instance: Instance, shape: Shape, transports: list[Transport]) -> tuple[float, float]:
-    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``."""
+def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transports: list[Transport]
+                  ) -> tuple[float, float]:
+    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``: the fabric,
+    or NVLink if some pipeline depth leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
     paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
     bandwidth = max(p.bandwidth_bytes_per_s for p in paths)
     latency = min(p.latency_s for p in paths)
-    if any(shape.tp * shape.cp < min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings):
+    node = max(min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings)
+    if instance.num_gpus // max(space.pp) <= node:
         nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
         bandwidth, latency = max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6)
     return bandwidth, latency

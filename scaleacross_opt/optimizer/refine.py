@@ -1,11 +1,15 @@
 """Simulator-in-the-loop refinement around the CP-SAT model.
 
-Each round solves the model (its optimum is a lower bound on every plan not yet simulated), keeps up
-to ``top_k`` distinct improving solutions of that solve, checks each with the independent validator,
-simulates the valid ones and cuts every examined plan off with a no-good. The loop stops when the
-bound, corrected by the largest overestimate the bound has shown (``bound_error``), cannot beat the
-best simulated plan: then that plan is optimal for the simulator (exactly so while the bound is a
-true lower bound, i.e. ``bound_error`` ≤ 0), or when the time limit ends the search.
+Each round:
+1. *Bound*: solve the model (parallel portfolio). Its optimum V is a lower bound on the step of every
+   plan not yet examined (exactly so where the linearisation is a true relaxation).
+2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
+   is no better than the best simulated plan, that plan is optimal for the simulator.
+3. *Candidates*: in a copy of the model restricted to step ≤ V·(1 + ``NEAR_OPTIMAL``), a single-worker
+   search with the seed finds up to ``top_k`` distinct plans one after another (no-good cuts between
+   them). Single worker + seed makes the choice among equally good plans deterministic.
+4. *Feed back*: every candidate is checked by the independent validator and simulated, and cut off
+   in the model with a no-good, so the next round's V bounds only unexamined plans.
 """
 
 from __future__ import annotations
@@ -19,50 +23,26 @@ from ortools.sat.python import cp_model
 from ..cost.report import StepReport
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
-from .cpsat.extract import Values, add_nogood, extract_plan
+from .cpsat.extract import Values, add_nogood, extract_plan, identity_vars
 from .cpsat.variables import PlanVars
 from .result import SolveStats
 
 US = 1e-6
+NEAR_OPTIMAL = 0.02  # candidates come from within 2 % of the round's bound
+BOUND_WORKERS = 8  # CP-SAT portfolio size for the bound (its optimum value does not depend on it)
 
 
 @dataclass
 class Candidate:
-    """One examined plan."""
+    """One simulated plan."""
 
     plan: Plan
     bound_s: float
-    report: StepReport | None  # None when the validator rejected it
-
-
-class _Collector(cp_model.CpSolverSolutionCallback):
-    """Keeps the objective and plan literals' values of every improving solution."""
-
-    def __init__(self, pv: PlanVars, limit: int):
-        super().__init__()
-        self.pv = pv
-        self.limit = limit
-        self.solutions: list[tuple[float, Plan, dict[int, int]]] = []
-
-    def on_solution_callback(self) -> None:
-        values = Values(self)
-        plan = extract_plan(self.pv, values)
-        snapshot = {v.Index(): int(self.Value(v)) for v in _identity_vars(self.pv)}
-        self.solutions.append((self.ObjectiveValue() * US, plan, snapshot))
-        del self.solutions[: -self.limit]
-
-
-def _identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
-    out = []
-    for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
-                   pv.intra_transport, pv.cross_algorithm, pv.cross_transport):
-        if choice is not None:
-            out += choice.lits
-    return out + pv.replicas + pv.stages + pv.layers
+    report: StepReport
 
 
 class _Snapshot:
-    """A stored solution, readable like a solver."""
+    """A stored assignment, readable like a solver."""
 
     def __init__(self, values: dict[int, int]):
         self._values = values
@@ -74,6 +54,34 @@ class _Snapshot:
         return bool(self._values[lit.Index()])
 
 
+def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.random_seed = seed
+    solver.parameters.num_workers = workers
+    solver.parameters.max_time_in_seconds = max(time_s, 0.05)
+    return solver
+
+
+def _candidates(pv: PlanVars, bound_us: int, seed: int, top_k: int, time_s: float
+                ) -> list[tuple[float, dict[int, int]]]:
+    """Up to ``top_k`` distinct plans with step ≤ bound_us, found deterministically."""
+    model = pv.model.clone()
+    model.ClearObjective()
+    step = model.get_int_var_from_proto_index(pv.terms["step"].Index())
+    model.Add(step <= bound_us)
+    found = []
+    deadline = time.perf_counter() + time_s
+    keys = identity_vars(pv)
+    while len(found) < top_k and time.perf_counter() < deadline:
+        solver = _solver(seed, 1, deadline - time.perf_counter())
+        if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        assignment = {var.Index(): int(solver.Value(var)) for var in keys}
+        found.append((solver.Value(step) * US, assignment))
+        add_nogood(model, assignment)
+    return found
+
+
 def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, time_limit_s: float, seed: int,
            top_k: int, progress: Callable[[str], None] | None = None) -> tuple[Candidate | None, SolveStats]:
     """Run the loop; returns the best simulated candidate (None if no valid plan exists) and stats."""
@@ -81,59 +89,56 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
     stats = SolveStats(status="exhausted")
     best: Candidate | None = None
     ratios: list[float] = []
-    hint: dict[int, int] | None = None
     while True:
         remaining = time_limit_s - (time.perf_counter() - start)
         if remaining <= 0:
             stats.status = "time_limit"
             break
-        solver = cp_model.CpSolver()
-        solver.parameters.random_seed = seed
-        solver.parameters.num_workers = 1
-        solver.parameters.max_deterministic_time = max(remaining, 0.05)
-        solver.parameters.max_time_in_seconds = max(2 * remaining, 0.1)
-        pv.model.ClearHints()
-        if hint:
-            for var in _identity_vars(pv):
-                pv.model.AddHint(var, hint[var.Index()])
-        collector = _Collector(pv, top_k)
         t0 = time.perf_counter()
-        status = solver.Solve(pv.model, collector)
-        stats.cpsat_wall_s += time.perf_counter() - t0
+        solver = _solver(seed, BOUND_WORKERS, remaining)
+        status = solver.Solve(pv.model)
         stats.rounds += 1
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) or not collector.solutions:
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            stats.cpsat_wall_s += time.perf_counter() - t0
             if status == cp_model.UNKNOWN:
                 stats.status = "time_limit"
             break
-        bound_s = solver.BestObjectiveBound() * US
+        optimum_us = int(solver.ObjectiveValue())
+        bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
         correction = 1 + max(0.0, stats.bound_error)
         stats.lower_bound_s = bound_s / correction
         if best is not None and bound_s / correction >= best.report.step_time_s * (1 - 1e-9):
+            stats.cpsat_wall_s += time.perf_counter() - t0
             stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
             break
-        optimal_round = status == cp_model.OPTIMAL
-        for rank, (bound, plan, snapshot) in enumerate(reversed(collector.solutions)):  # best first
-            add_nogood(pv, Values(_Snapshot(snapshot)))
+        remaining = time_limit_s - (time.perf_counter() - start)
+        found = _candidates(pv, int(optimum_us * (1 + NEAR_OPTIMAL)), seed, top_k, remaining)
+        stats.cpsat_wall_s += time.perf_counter() - t0
+        if not found:
+            stats.status = "time_limit"
+            break
+        for rank, (step_s, assignment) in enumerate(found):
+            add_nogood(pv.model, assignment)
+            plan = extract_plan(pv, Values(_Snapshot(assignment)))
             problems = validate_plan(plan, pv.instance)
             if problems:
                 stats.candidates_rejected += 1
                 continue
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             report = simulate(pv.instance, plan)
-            stats.simulate_wall_s += time.perf_counter() - t0
+            stats.simulate_wall_s += time.perf_counter() - t1
             stats.candidates_simulated += 1
-            if rank == 0 and optimal_round:  # only the optimum's objective is tight for its plan
-                ratio = bound / report.step_time_s
+            plan_bound = optimum_us * US if rank == 0 and status == cp_model.OPTIMAL else step_s
+            if rank == 0 and status == cp_model.OPTIMAL:  # the only candidate whose bound is exact
+                ratio = plan_bound / report.step_time_s
                 ratios.append(ratio)
                 stats.bound_error = max(stats.bound_error, ratio - 1)
-                if ratio > 1.001:
-                    import sys; print("OVER", ratio, plan.model_dump_json(exclude={'network'}), report.breakdown, file=sys.stderr)
-            if best is None or report.step_time_s < best.report.step_time_s:
-                best = Candidate(plan, bound, report)
-                hint = snapshot
-            stats.history.append({"bound_s": bound, "simulated_s": report.step_time_s, "plan": plan})
+            if best is None or (report.step_time_s, plan.model_dump_json()) < (
+                    best.report.step_time_s, best.plan.model_dump_json()):
+                best = Candidate(plan, plan_bound, report)
+            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
             if progress:
-                progress(f"round {stats.rounds}: bound {bound:.4f} s, simulated {report.step_time_s:.4f} s, "
+                progress(f"round {stats.rounds}: bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
                          f"best {best.report.step_time_s:.4f} s")
     stats.wall_s = time.perf_counter() - start
     stats.bound_ratio_min = min(ratios) if ratios else 0.0

@@ -33,7 +33,7 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     names = pv.buildings
     placement = build_placement(
         mode, names, [values.int(v) for v in pv.replicas], [values.int(v) for v in pv.stages],
-        [values.int(v) for v in pv.layers], instance.job.model_spec.layers, virtual)
+        [values.int(v) for v in pv.layers], values.int(pv.last_layers), instance.job.model_spec.layers, virtual)
     intra = values.chosen(pv.intra_transport).with_algorithm(values.chosen(pv.intra_algorithm))
     if pv.cross_transport is not None and pv.cross_algorithm is not None:
         cross = values.chosen(pv.cross_transport).with_algorithm(values.chosen(pv.cross_algorithm))
@@ -47,27 +47,29 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     )
 
 
-def _equals(model: cp_model.CpModel, var: cp_model.IntVar, value: int) -> cp_model.IntVar:
-    lit = model.NewBoolVar(f"{var.Name()}=={value}")
-    model.Add(var == value).OnlyEnforceIf(lit)
-    model.Add(var != value).OnlyEnforceIf(lit.Not())
-    return lit
+def identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
+    """The variables whose values determine the plan (everything else is derived or auxiliary)."""
+    out: list[cp_model.IntVar] = []
+    for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
+                   pv.intra_transport, pv.cross_algorithm, pv.cross_transport):
+        if choice is not None:
+            out += choice.lits
+    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.last_layers]
 
 
-def solution_literals(pv: PlanVars, values: Values) -> list[cp_model.IntVar]:
-    """Literals that all hold exactly for solutions describing the same plan as ``values``."""
-    lits = [choice.lits[choice.values.index(values.chosen(choice))]
-            for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
-                           pv.intra_transport, pv.cross_algorithm, pv.cross_transport) if choice is not None]
-    for b in range(len(pv.buildings)):
-        for var in (pv.replicas[b], pv.stages[b], pv.layers[b]):
-            lits.append(_equals(pv.model, var, values.int(var)))
-    return lits
+def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
+    """Exclude the assignment {variable index: value} of identity variables from ``model``'s solutions.
 
-
-def add_nogood(pv: PlanVars, values: Values) -> None:
-    """Exclude the plan of ``values`` from all later solutions."""
-    pv.model.AddBoolOr([lit.Not() for lit in solution_literals(pv, values)])
+    Works on the model the variables were created in and on its clones (same indices).
+    """
+    differs = []
+    for index, value in sorted(assignment.items()):
+        var = model.get_int_var_from_proto_index(index)
+        lit = model.NewBoolVar(f"differs[{index}]")
+        model.Add(var != value).OnlyEnforceIf(lit)
+        model.Add(var == value).OnlyEnforceIf(lit.Not())
+        differs.append(lit)
+    model.AddBoolOr(differs)
 
 
 def fix_irrelevant_choices(pv: PlanVars) -> None:

@@ -1,10 +1,12 @@
 """The linearised step time (µs), built as a lower bound of what the simulator charges.
 
 Per building b: c_b = Σ_shape y·C[shape, gpu_b] (one layer, one micro-batch, fwd+bwd);
-t_b = layers_b·c_b; t_max = max_b t_b (bottleneck stage).
-pipeline ≥ m·t_max + bubble + head + hops, with
-  bubble ≥ β(schedule, v)·(Σ_stages t − t_max)   (β = schedule's bubble_fraction·m/(pp−1), its minimum),
-  Σ_stages t = Σ_b stages_b·t_b (pp across) or pp·t_max (whole pipelines per building),
+t_b = layers_b·c_b for a regular stage;
+the last stage: t_last = last_layers·c_b + LM head; t_max = max(t_b, t_last) (bottleneck stage).
+pipeline ≥ m·t_max + bubble + hops, with
+  bubble ≥ β(schedule, v)·(Σ regular stages − 2·max t_b)   (β = the schedule's bubble_fraction·m/(pp−1),
+  its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
+  Σ regular stages = Σ_b stages_b·t_b (pp across) or pp·t_b (whole pipelines per building),
   hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across): the first micro-batch's forward and
   the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
@@ -47,6 +49,12 @@ def bubble_factor(schedule_name: str, v: int, pp_values: list[int], m_values: li
     return max(0.0, min(factors)) if factors else 0.0
 
 
+def ring_factor(group: int) -> float:
+    """Ring reduce-scatter / all-gather volume 2(n−1)/n relative to its n = 2 value (which the
+    coefficients use), for a DP group of at least ``group`` ranks."""
+    return 2 * (group - 1) / group if group > 1 else 1.0
+
+
 def _is_pp_mode(pv: PlanVars) -> cp_model.IntVar | None:
     return pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
 
@@ -59,32 +67,46 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     not_pp = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.PP]
 
     # --- compute per stage -------------------------------------------------------------------------
-    stage_times = []
+    regular = []  # time of a stage with layers[b] layers in building b
+    t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
+    t_last_max = _new(model, "t_last_stage")  # the last stage of the slowest pipeline holding one
+    model.Add(t_max >= t_reg)
     for b, building in enumerate(buildings):
         weights = [coeffs.layer_us[(shape, building.name)] for shape in pv.shape.values]
         per_layer = _new(model, f"layer_us[{building.name}]", max(weights))
         model.Add(per_layer == pv.shape.linear(weights))
         t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
-        model.Add(t_max >= t_b)
-        stage_times.append(t_b)
+        model.Add(t_reg >= t_b)
+        regular.append(t_b)
+        head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
+        t_last = _product(model, f"last_stage_layers_us[{building.name}]", pv.last_layers, per_layer)
+        holds_last = [pv.used[b]]
+        conditions = [holds_last] if pp_mode is None else [[pv.used[b], pv.last[b]]] + [
+            [pv.used[b], lit] for lit in not_pp]
+        for condition in conditions:
+            model.Add(t_last_max >= t_last + head).OnlyEnforceIf(condition)
+    model.Add(t_max >= t_last_max)
     compute = _product(model, "compute_us", pv.microbatches, t_max)
 
-    stage_sum = _new(model, "stage_sum_us")
+    # Σ of the stages other than the bottleneck ≥ Σ regular stages − 2·t_reg + min(t_reg, t_last): the
+    # last stage replaces a regular one, and the bottleneck is either of them.
+    others = model.NewIntVar(-2 * HORIZON_US, HORIZON_US, "other_stages_us")
+    smaller = _new(model, "min_regular_last_us")
+    model.AddMinEquality(smaller, [t_reg, t_last_max])
     if pp_mode is not None:
-        parts = [_product(model, f"stages*t[{b.name}]", pv.stages[i], stage_times[i]) for i, b in enumerate(buildings)]
-        model.Add(stage_sum >= sum(parts)).OnlyEnforceIf(pp_mode)
-    whole = _product(model, "pp*t_max", pv.pp_var, t_max)
+        parts = [_product(model, f"stages*t[{b.name}]", pv.stages[i], regular[i]) for i, b in enumerate(buildings)]
+        model.Add(others >= sum(parts) - 2 * t_reg + smaller).OnlyEnforceIf(pp_mode)
+    whole = _product(model, "pp*t_reg", pv.pp_var, t_reg)
     for lit in not_pp:
-        model.Add(stage_sum >= whole).OnlyEnforceIf(lit)
+        model.Add(others >= whole - 2 * t_reg + smaller).OnlyEnforceIf(lit)
 
     bubble = _new(model, "bubble_us")
     pp_values, m_values = pv.pp.values, pv.microbatch_values
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         beta = int(SCALE * bubble_factor(name, v, pp_values, m_values))
-        model.Add(SCALE * bubble >= beta * (stage_sum - t_max)).OnlyEnforceIf(lit)
+        model.Add(SCALE * bubble >= beta * others).OnlyEnforceIf(lit)
 
-    head = pv.shape.linear([coeffs.head_us[shape] for shape in pv.shape.values])
     hops = _new(model, "hops_us")
     model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
     pipeline = _new(model, "pipeline_us")
@@ -96,7 +118,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1) + cross_hops)
-    model.Add(pipeline >= compute + bubble + head + hops)
+    model.Add(pipeline >= compute + bubble + hops)
     if 3 in pv.zero.values:
         _add_zero3_gathers(pv, coeffs, pipeline)
 
@@ -119,7 +141,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer)
     pv.terms.update(compute=compute, bubble=bubble, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
-                    optimizer=optimizer, step=step, t_max=t_max)
+                    optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
 
 
@@ -140,7 +162,9 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
     for b, building in enumerate(pv.instance.cluster.buildings):
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], per_layer)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
-        model.Add(pipeline >= total + latency).OnlyEnforceIf(zero3)
+        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+            ring = int(SCALE * ring_factor(d))
+            model.Add(SCALE * pipeline >= ring * total + SCALE * latency).OnlyEnforceIf([zero3, d_lit])
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
@@ -158,8 +182,9 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
         model.Add(pv.replicas[b] >= 2).OnlyEnforceIf(several)
         model.Add(pv.replicas[b] <= 1).OnlyEnforceIf(several.Not())
         for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
-            per_mib = int(SCALE * coeffs.intra_us_per_mib[transport])
-            model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, several])
+            for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                per_mib = int(SCALE * coeffs.intra_us_per_mib[transport] * ring_factor(d))
+                model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, several, d_lit])
     model.Add(dp_total >= intra)
     if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
         return dp_total

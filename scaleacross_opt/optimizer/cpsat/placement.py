@@ -4,8 +4,9 @@
 - dp: each used building holds ``replicas[b]`` whole pipelines (Σ replicas = dp, ≥ 2 buildings);
 - pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings).
 Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
-a building. Layers: ``layers[b]`` is the largest stage of building b; Σ stages·layers ≥ model layers,
-and in none/dp modes every stage holds ⌈L/pp⌉ at most (one split for all replicas).
+a building. Layers: every stage of building b holds at most ``layers[b]``, except the pipeline's last
+stage, which holds ``last_layers`` ≤ that (it also runs the LM head); the stages hold all the model's
+layers. In none/dp modes one split (``even`` per stage) serves every building.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(s == pv.pp_var).OnlyEnforceIf([whole, used])
         if CrossBuilding.PP in modes.values:
             model.Add(d == pv.dp_var).OnlyEnforceIf([modes.lit(CrossBuilding.PP), used])
+    # The last used building in cluster order holds the last stage.
+    for b in range(n_b):
+        later = pv.used[b + 1:]
+        model.AddBoolAnd([pv.used[b], *[u.Not() for u in later]]).OnlyEnforceIf(pv.last[b])
+        model.AddBoolOr([pv.used[b].Not(), *later, pv.last[b]])
+    model.AddExactlyOne(pv.last)
+    last_slots = []
+    for b, building in enumerate(buildings):
+        chosen = model.NewIntVar(0, total_layers, f"last_building_layers[{building.name}]")
+        model.Add(chosen == pv.layers[b]).OnlyEnforceIf(pv.last[b])
+        model.Add(chosen == 0).OnlyEnforceIf(pv.last[b].Not())
+        model.Add(pv.last_layers <= pv.layers[b]).OnlyEnforceIf(pv.last[b])
+        last_slots.append(chosen)
+    model.Add(pv.last_layers >= pv.virtual_var)
     n_used = sum(pv.used)
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is CrossBuilding.NONE:
@@ -66,16 +81,17 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(sum(pv.replicas) == pv.dp_var).OnlyEnforceIf(lit)
         if mode is CrossBuilding.PP:
             model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
-            model.Add(sum(layer_slots) >= total_layers).OnlyEnforceIf(lit)
-    # none / dp: one even split ⌈L/pp⌉ for every used building.
+            model.Add(sum(layer_slots) - sum(last_slots) + pv.last_layers >= total_layers).OnlyEnforceIf(lit)
+    # none / dp: (pp − 1) stages of ``even`` layers and the last stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
     even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
-    model.Add(even_slots >= total_layers)
-    model.Add(even_slots <= total_layers + pv.pp_var - 1)
     for b in range(n_b):
         for mode, lit in zip(modes.values, modes.lits, strict=True):
             if mode is not CrossBuilding.PP:
                 model.Add(pv.layers[b] == even).OnlyEnforceIf([lit, pv.used[b]])
+    for mode, lit in zip(modes.values, modes.lits, strict=True):
+        if mode is not CrossBuilding.PP:
+            model.Add(even_slots - even + pv.last_layers >= total_layers).OnlyEnforceIf(lit)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     return {"layer_slots": layer_slots, "layers_pp": layers_pp}

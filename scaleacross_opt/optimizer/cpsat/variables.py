@@ -2,7 +2,8 @@
 
 Every discrete choice is a one-hot set of literals (``OneHot``); integer degrees are linear in their
 literals. Per building b: ``used[b]``, ``replicas[b]`` (DP replicas held), ``stages[b]`` (pipeline
-stages held) and ``layers[b]`` (max layers per stage there).
+stages held), ``layers[b]`` (layers per stage there) and ``last[b]`` (b holds the last stage);
+``last_layers`` is the last stage's layer count (it also carries the LM head).
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class PlanVars:
     replicas: list[cp_model.IntVar]
     stages: list[cp_model.IntVar]
     layers: list[cp_model.IntVar]
+    last: list[cp_model.IntVar]  # last[b]: b is the last used building in cluster order (holds the last stage)
+    last_layers: cp_model.IntVar  # layers of the last pipeline stage (it also carries the LM head)
     terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
 
     @property
@@ -155,5 +158,7 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         replicas=[model.NewIntVar(0, b.num_gpus // min_replica, f"replicas[{b.name}]") for b in buildings],
         stages=[model.NewIntVar(0, max(space.pp), f"stages[{b.name}]") for b in buildings],
         layers=[model.NewIntVar(0, layers, f"layers[{b.name}]") for b in buildings],
+        last=[model.NewBoolVar(f"last[{b.name}]") for b in buildings],
+        last_layers=model.NewIntVar(1, layers, "last_layers"),
     )
     return pv
