@@ -18,8 +18,11 @@ window cap), where
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..catalog import coefficients as co
 from ..spec.network import CongestionControl, LoadBalancing, LossRecovery, TrafficClassConfig
@@ -43,15 +46,33 @@ class EffectivePath:
         return self.latency_us * 1e-6
 
 
+EXACT_MAX_LOAD_FLOWS = 4096  # above this many flows the binomial is treated as Gaussian
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_standard_normal(count: int) -> float:
+    """E[max of ``count`` iid N(0, 1)] = ∫ x·n·φ(x)·Φ(x)^(n−1) dx (numerical quadrature)."""
+    x = np.linspace(-10.0, 10.0, 20001)
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = np.cumsum(pdf) * (x[1] - x[0])
+    density = count * pdf * np.clip(cdf, 0.0, 1.0) ** (count - 1)
+    return float(np.sum(x * density) * (x[1] - x[0]))
+
+
+@functools.lru_cache(maxsize=4096)
 def expected_max_load(flows: int, paths: int) -> float:
     """E[max flows on one path] when ``flows`` hash uniformly onto ``paths`` (balls into bins).
 
     Uses P(max ≤ k) ≈ P(Bin(F, 1/P) ≤ k)^P (bins treated as independent), exact for P = 1, and
-    never below the mean F/P nor below 1 (a flow's own path carries at least that flow).
+    never below the mean F/P nor below 1 (a flow's own path carries at least that flow). Beyond
+    EXACT_MAX_LOAD_FLOWS flows each bin's load is ≈ N(μ, σ²) (μ = F/P, σ² = F/P·(1 − 1/P)) and
+    E[max] ≈ μ + σ·E[max of P standard normals] (heavily loaded balls into bins).
     """
     if paths <= 1 or flows <= 0:
         return float(max(flows, 0))
     q = 1.0 / paths
+    if flows > EXACT_MAX_LOAD_FLOWS:
+        return flows * q + math.sqrt(flows * q * (1.0 - q)) * expected_max_standard_normal(paths)
     pmf = (1.0 - q) ** flows  # P(Bin = 0)
     cdf = pmf
     expected = 0.0

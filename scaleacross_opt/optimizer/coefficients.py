@@ -175,7 +175,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     for t in cross_transports:
         paths = [effective_path(r.bandwidth_gbps, r.latency_us, r.loss_rate, t.config, n, co.CROSS_BUILDING_PATHS)
                  for r in routes]
-        cross_us[t] = min(MIB / p.bandwidth_bytes_per_s * 1e6 for p in paths)
+        cross_us[t] = min(MIB / (p.bandwidth_bytes_per_s * n) * 1e6 for p in paths)  # n connections' goodput
         cross_hop[t] = int(min(p.latency_s for p in paths) * 1e6)
     steps = {CollectiveAlgorithm.RING: "linear", CollectiveAlgorithm.TREE: "log", CollectiveAlgorithm.PAT: "log",
              CollectiveAlgorithm.HIERARCHICAL: "buildings"}

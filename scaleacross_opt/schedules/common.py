@@ -17,19 +17,24 @@ def backwards(microbatches: Sequence[int], chunk: int = 0) -> list[Op]:
     return [Op(OpKind.B, mb, chunk) for mb in microbatches]
 
 
-def one_f_one_b(fwd: Sequence[Op], bwd: Sequence[Op], warmup: int) -> list[Op]:
-    """Megatron's 1F1B pattern: ``warmup`` forwards, then (F, B) pairs, then the remaining backwards.
+def one_f_one_b(fwd: Sequence[Op], bwd: Sequence[Op], warmup: int, block: int = 1) -> list[Op]:
+    """Megatron's 1F1B pattern, generalised to blocks: ``warmup`` forwards, then alternating
+    ``block`` forwards and ``block`` backwards while forwards remain, then the remaining backwards.
 
-    Steady step i runs F[warmup + i] then B[i]; warmup ≥ len(fwd) degenerates to all-F-then-all-B
-    (GPipe). Peak activations held = min(warmup + 1, n) (F before B in each pair).
+    block = 1 is 1F1B (steady step i runs F[warmup + i] then B[i]); warmup ≥ len(fwd) degenerates
+    to all-F-then-all-B (GPipe). Peak activations held = min(warmup + block, n).
     """
     n = len(fwd)
-    warmup = min(warmup, n)
-    order = list(fwd[:warmup])
-    for i in range(n - warmup):
-        order += (fwd[warmup + i], bwd[i])
-    order += bwd[n - warmup :]
-    return order
+    done_f = min(warmup, n)
+    order = list(fwd[:done_f])
+    done_b = 0
+    while done_f < n:
+        order += fwd[done_f : done_f + block]
+        done_f = min(n, done_f + block)
+        if done_f < n:
+            order += bwd[done_b : done_b + block]
+            done_b += block
+    return order + list(bwd[done_b:])
 
 
 def defer_weight_grads(order: Sequence[Op], deferred: int) -> list[Op]:

@@ -8,9 +8,11 @@ B(chunk 0) > B(chunk 1) > F(chunk 1) > F(chunk 0) > W and at most 2p chunk activ
 stage (F to W) — p micro-batches through the whole stage, the same as 1F1B; this reproduces the
 paper's handcrafted ZB-V shape. Requires m ≥ p.
 
-Bubble: the last stage cannot start before (p−1)·T_F and the greedy order keeps every stage busy
-after that, so the makespan is (6m + p − 1)·T per chunk and the bubble fraction (p−1)/(6m) (the
-paper rounds this to "zero bubble").
+Bubble: the last stage cannot start before (p−1)·T_F, so with T_F = T_B = T_W per chunk the makespan
+is at least (6m + p − 1)·T and the bubble fraction at least (p−1)/(6m) (the paper rounds this to
+"zero bubble"); ``bubble_fraction`` returns that bound. The greedy order attains it for p ≤ 4; for
+larger p it is a few T longer (measured: ≤ 4·T up to p = 16, i.e. ≤ p/(6m) extra), a known gap of
+this simplification versus the paper's handcrafted order.
 """
 
 from __future__ import annotations
@@ -49,5 +51,5 @@ class ZeroBubbleV(PipelineSchedule):
         return float(pp)
 
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """(p−1)/(6m) with T_F = T_B = T_W."""
+        """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; exact for p ≤ 4)."""
         return (pp - 1) / (6 * num_microbatches)

@@ -1,1 +1,97 @@
-"""Discrete-event step simulator (engine) and its report / trace front end."""
+"""Discrete-event step simulator: ``simulate`` (instance + plan → StepReport) and ``simulate_workload``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..cost.report import StepReport
+from ..cost.workload import LinkShare, StepWorkload
+from .engine import SimResult, op_graph, simulate_workload
+from .trace import trace_events, write_trace
+
+if TYPE_CHECKING:
+    from ..spec.instance import Instance
+    from ..spec.plan import Plan
+
+__all__ = ["SimResult", "op_graph", "report_from_result", "simulate", "simulate_workload", "trace_events",
+           "write_trace"]
+
+
+def _without_p2p(workload: StepWorkload) -> StepWorkload:
+    """The same workload with free point-to-point transfers (to separate bubble from exposed PP)."""
+    links = {key: LinkShare(link.src_building, link.dst_building, float("inf"), 0.0)
+             for key, link in workload.links.items()}
+    return replace(workload, links=links, p2p_bytes=0.0)
+
+
+def report_from_result(
+    result: SimResult, workload: StepWorkload, *, model_flops: float, peak_flops: float, tokens: float,
+    memory_gib: float, fits: bool,
+) -> StepReport:
+    """StepReport of a simulated step.
+
+    Breakdown (sums to the step time): the busiest stage's compute minus the TP/CP/EP exposure
+    already inside its op durations; bubble = makespan with free p2p − that busy time; exposed PP =
+    makespan − makespan with free p2p; exposed DP = optimizer start − makespan. MFU = model FLOPs ÷
+    (Σ peak FLOP/s × step time).
+    """
+    makespan = result.pipeline_end_s
+    free = simulate_workload(_without_p2p(workload)).pipeline_end_s
+    busy = max(float(g.busy_s.max()) for g in result.groups)
+    comm = {k: float(workload.exposed_comm_s.get(k, 0.0)) for k in ("tp", "cp", "ep")}
+    breakdown = {
+        "compute_s": busy - sum(comm.values()),
+        "bubble_s": free - busy,
+        "exposed_tp_s": comm["tp"],
+        "exposed_cp_s": comm["cp"],
+        "exposed_ep_s": comm["ep"],
+        "exposed_pp_s": makespan - free,
+        "exposed_dp_s": result.exposed_dp_s,
+        "optimizer_s": result.step_time_s - result.optimizer_start_s,
+    }
+    step = result.step_time_s
+    details: dict[str, object] = {
+        "pipeline_makespan_s": makespan,
+        "per_stage": [
+            {"group": g.name, "stage": s, "busy_s": float(g.busy_s[s]), "idle_s": g.makespan_s - float(g.busy_s[s]),
+             "peak_in_flight_microbatches": float(result.graph.peak_in_flight[s])}
+            for g in result.groups for s in range(result.graph.pp)
+        ],
+        "exposed_comm_s": {"pp": breakdown["exposed_pp_s"], "dp": breakdown["exposed_dp_s"], **comm},
+        "dp_sync_total_s": float(np.sum(workload.dp_sync_s)),
+        "link_contention": {g.name: g.contended for g in result.groups},
+        "simulated_ops": result.num_ops,
+    }
+    return StepReport(
+        step_time_s=step, mfu=model_flops / (peak_flops * step), tokens_per_s=tokens / step,
+        memory_gib_per_gpu=memory_gib, fits_memory=fits, breakdown=breakdown, simulated=True, details=details,
+    )
+
+
+def simulate(instance: Instance, plan: Plan, trace_path: Path | None = None) -> StepReport:
+    """Simulate one step of ``plan`` on ``instance``; optionally write a Chrome/Perfetto trace.
+
+    The plan's defaults are filled in first; the workload, memory and peak FLOP/s come from the
+    cost model, so estimate and simulation differ only in how they compose the ops.
+    """
+    from ..cost.compute import model_flops_per_step
+    from ..cost.memory import memory_per_gpu
+    from ..cost.step import build_workload, peak_flops
+    from ..plan_defaults import fill_defaults
+
+    plan = fill_defaults(instance, plan)
+    workload = build_workload(instance, plan)
+    result = simulate_workload(workload)
+    if trace_path is not None:
+        write_trace(trace_path, result, workload)
+    job = instance.job
+    memory = memory_per_gpu(instance, plan)
+    return report_from_result(
+        result, workload, model_flops=model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size),
+        peak_flops=peak_flops(instance, plan), tokens=float(job.tokens_per_step), memory_gib=memory.total_gib,
+        fits=memory.fits,
+    )

@@ -34,6 +34,7 @@ Design (fastest exact method, per group):
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -154,7 +155,7 @@ def op_graph(schedule_name: str, pp: int, virtual_stages: int, num_microbatches:
     last_backward[stage[sel], chunk[sel]] = sel
 
     held = np.where(is_f, 1.0, np.where(kind == final_kind, -1.0, 0.0)) / v  # held from F to last backward
-    peak = np.array([np.cumsum(held[a:b]).max() for a, b in zip(stage_start[:-1], stage_start[1:], strict=True)])
+    peak = np.array([np.cumsum(held[a:b]).max() for a, b in itertools.pairwise(stage_start)])
     return OpGraph(
         pp=pp, virtual_stages=v, num_microbatches=m, splits_backward=schedule.splits_backward,
         stage=stage, kind=kind, microbatch=mb, chunk=chunk, position=pos, stage_start=stage_start,

@@ -1,0 +1,37 @@
+"""Hand-built workloads (uniform stages, buildings cut at given stages) for tests and benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..cost.workload import LinkShare, PipelineGroup, StepWorkload
+
+
+def uniform_workload(
+    schedule: str, pp: int, v: int, m: int, *, fwd_s: float = 1.0, bwd_input_s: float = 1.0,
+    bwd_weight_s: float = 1.0, cuts: Sequence[int] = (), latency_s: float = 0.0, p2p_bytes: float = 0.0,
+    bandwidth_bytes_per_s: float = float("inf"), dp_sync_s: float = 0.0, optimizer_s: float = 0.0,
+    num_groups: int = 1,
+) -> StepWorkload:
+    """Every (stage, chunk) takes the same time; stages before each cut form one building.
+
+    Buildings are "b0", "b1", …; cross-building paths have ``latency_s``; every path (also inside a
+    building) has ``bandwidth_bytes_per_s``.
+    """
+    building = tuple(f"b{sum(s >= c for c in cuts)}" for s in range(pp))
+    names = sorted(set(building))
+    links = {
+        (a, b): LinkShare(a, b, bandwidth_bytes_per_s, latency_s if a != b else 0.0) for a in names for b in names
+    }
+    shape = (pp, v)
+    groups = tuple(
+        PipelineGroup(f"g{i}", building, np.full(shape, fwd_s), np.full(shape, bwd_input_s),
+                      np.full(shape, bwd_weight_s), 1)
+        for i in range(num_groups)
+    )
+    return StepWorkload(
+        schedule=schedule, pp=pp, virtual_stages=v, num_microbatches=m, groups=groups, p2p_bytes=p2p_bytes,
+        links=links, dp_sync_s=np.full(shape, dp_sync_s), optimizer_s=optimizer_s, exposed_comm_s={},
+    )

@@ -1,0 +1,84 @@
+"""Pipeline schedules: op-order validity, closed-form bubbles and memory against the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaleacross_opt.schedules import OpKind, get_schedule, schedule_names
+from scaleacross_opt.simulator import op_graph, simulate_workload
+from scaleacross_opt.simulator.synthetic import uniform_workload
+
+ALL = ("1f1b", "crosspipe-unidirectional", "dualpipe", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v")
+
+
+def _grid(name: str) -> list[tuple[int, int, int]]:
+    """Supported (pp, v, m) over a small grid."""
+    schedule = get_schedule(name)
+    return [
+        (pp, v, m) for pp in (1, 2, 3, 4, 6, 8) for v in (1, 2, 3) for m in (1, 2, 3, 4, 6, 8, 12, 16, 24)
+        if schedule.check(pp, v, m) is None
+    ]
+
+
+def test_every_schedule_registered_with_description() -> None:
+    assert set(ALL) <= set(schedule_names())
+    for name in ALL:
+        assert get_schedule(name).description
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_ops_exactly_once_and_no_deadlock(name: str) -> None:
+    schedule = get_schedule(name)
+    grid = _grid(name)
+    assert len(grid) >= 5
+    kinds = (OpKind.F, OpKind.B, OpKind.W) if schedule.splits_backward else (OpKind.F, OpKind.B)
+    for pp, v, m in grid:
+        expected = sorted((k, mb, c) for k in kinds for mb in range(m) for c in range(v))
+        for ops in schedule.stage_ops(pp, v, m):
+            assert sorted((op.kind, op.microbatch, op.chunk) for op in ops) == expected
+        op_graph(name, pp, v, m)  # raises on out-of-order same-stage dependencies or deadlock
+
+
+def _simulated_bubble(name: str, pp: int, v: int, m: int) -> float:
+    """Bubble fraction with T_F = T_B (= T_W when split) per chunk and free communication."""
+    split = get_schedule(name).splits_backward
+    result = simulate_workload(uniform_workload(name, pp, v, m, bwd_weight_s=1.0 if split else 0.0))
+    ideal = m * v * (3.0 if split else 2.0)
+    return (result.pipeline_end_s - ideal) / ideal
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bubble_matches_closed_form(name: str) -> None:
+    schedule = get_schedule(name)
+    for pp, v, m in _grid(name):
+        expected = schedule.bubble_fraction(pp, v, m)
+        if name == "zb-v" and pp > 4:  # closed form is a lower bound there (see the zb_v docstring)
+            assert expected <= _simulated_bubble(name, pp, v, m) <= expected + pp / (6 * m), (pp, v, m)
+            continue
+        assert _simulated_bubble(name, pp, v, m) == pytest.approx(expected, rel=1e-9, abs=1e-12), (pp, v, m)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_in_flight_matches_simulated(name: str) -> None:
+    schedule = get_schedule(name)
+    for pp, v, m in _grid(name):
+        peak = op_graph(name, pp, v, m).peak_in_flight.max()
+        assert peak == pytest.approx(schedule.in_flight_microbatches(pp, v, m)), (pp, v, m)
+
+
+def test_zb_h1_beats_1f1b() -> None:
+    for pp, m in ((4, 8), (8, 16), (8, 64)):
+        zb = simulate_workload(uniform_workload("zb-h1", pp, 1, m)).pipeline_end_s
+        base = simulate_workload(uniform_workload("1f1b", pp, 1, m)).pipeline_end_s
+        assert zb < base
+        assert (base - 3 * m) / (zb - 3 * m) == pytest.approx(3.0)  # a third of 1F1B's bubble
+
+
+def test_unsupported_configurations_have_reasons() -> None:
+    assert get_schedule("interleaved-1f1b").check(4, 2, 6)
+    assert get_schedule("interleaved-1f1b").check(4, 1, 8)
+    assert get_schedule("zb-v").check(4, 1, 8)
+    assert get_schedule("dualpipe").check(4, 2, 7)
+    assert get_schedule("1f1b").check(4, 2, 8)
+    with pytest.raises(ValueError, match="virtual_stages"):
+        op_graph("1f1b", 4, 2, 8)
