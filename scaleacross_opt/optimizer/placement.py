@@ -10,19 +10,19 @@ from ..spec import BuildingShare, CrossBuilding, Placement
 
 
 def materialize_layers(stages: list[int], max_layers: list[int], total_layers: int, virtual_stages: int,
-                       last_layers: int) -> list[int]:
-    """Layers per stage: building b's stages hold ``max_layers[b]`` each except the last stage, which holds
-    ``last_layers`` (it also carries the LM head); the excess over the model's layers is removed one
-    layer at a time from the stages before it, backwards, never below ``virtual_stages`` per stage.
+                       head_layers: int, head_stage: int) -> list[int]:
+    """Layers per stage: building b's stages hold ``max_layers[b]`` each except ``head_stage``, which holds
+    ``head_layers`` (it also carries the LM head); the excess over the model's layers is removed one
+    layer at a time from the other stages, last stage first, never below ``virtual_stages`` per stage.
     """
     layers = [ell for s, ell in zip(stages, max_layers, strict=True) for _ in range(s)]
-    layers[-1] = last_layers
+    layers[head_stage] = head_layers
     excess = sum(layers) - total_layers
     if excess < 0:
         raise ValueError(f"{sum(layers)} layer slots cannot hold {total_layers} layers")
     while excess > 0:
         progressed = False
-        for i in reversed(range(len(layers) - 1)):
+        for i in (i for i in reversed(range(len(layers))) if i != head_stage):
             if excess and layers[i] > virtual_stages:
                 layers[i] -= 1
                 excess -= 1
@@ -33,20 +33,21 @@ def materialize_layers(stages: list[int], max_layers: list[int], total_layers: i
 
 
 def build_placement(mode: CrossBuilding, names: list[str], replicas: list[int], stages: list[int],
-                    max_layers: list[int], last_layers: int, total_layers: int, virtual_stages: int) -> Placement:
+                    max_layers: list[int], head_layers: int, head_stage: int, total_layers: int,
+                    virtual_stages: int) -> Placement:
     """The placement for per-building counts (buildings with no share are left out).
 
     ``mode`` dp/none: every used building holds whole pipelines (``stages[b]`` = pp) and one layer
     split applies to all; pp: every used building holds ``stages[b]`` stages of all replicas, in
-    cluster order.
+    cluster order. ``head_stage`` (the schedule's LM-head stage) holds ``head_layers``.
     """
     used = [b for b in range(len(names)) if replicas[b] > 0 and stages[b] > 0]
     shares = [BuildingShare(building=names[b], dp_replicas=replicas[b], pp_stages=stages[b]) for b in used]
     if mode is CrossBuilding.PP:
         layers = materialize_layers([stages[b] for b in used], [max_layers[b] for b in used], total_layers,
-                                    virtual_stages, last_layers)
+                                    virtual_stages, head_layers, head_stage)
     else:
         first = used[0]
         layers = materialize_layers([stages[first]], [max(max_layers[b] for b in used)], total_layers,
-                                    virtual_stages, last_layers)
+                                    virtual_stages, head_layers, head_stage)
     return Placement(cross_building=mode, buildings=shares, layers_per_stage=layers)

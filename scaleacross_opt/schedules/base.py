@@ -48,6 +48,11 @@ class PipelineSchedule(ABC):
         """Position of (chunk, stage) in the model's layer order, 0..pp·v-1 (default: chunk-major)."""
         return chunk * pp + stage
 
+    def head_stage(self, pp: int, virtual_stages: int) -> int:
+        """The stage holding the model's last layers and the LM head (pp−1, or 0 for V-shaped schedules)."""
+        last = pp * virtual_stages - 1
+        return next(s for s in range(pp) for c in range(virtual_stages) if self.chunk_stage(pp, virtual_stages, c, s) == last)
+
     @abstractmethod
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """Op order of every stage (index = stage)."""

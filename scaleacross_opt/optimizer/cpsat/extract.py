@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ...schedules import get_schedule
 from ...spec import CrossBuilding, NetworkConfig, Plan
 from ..placement import build_placement
 from .variables import OneHot, PlanVars
@@ -33,7 +34,8 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     names = pv.buildings
     placement = build_placement(
         mode, names, [values.int(v) for v in pv.replicas], [values.int(v) for v in pv.stages],
-        [values.int(v) for v in pv.layers], values.int(pv.last_layers), instance.job.model_spec.layers, virtual)
+        [values.int(v) for v in pv.layers], values.int(pv.head_layers),
+        get_schedule(schedule).head_stage(values.chosen(pv.pp), virtual), instance.job.model_spec.layers, virtual)
     intra = values.chosen(pv.intra_transport).with_algorithm(values.chosen(pv.intra_algorithm))
     if pv.cross_transport is not None and pv.cross_algorithm is not None:
         cross = values.chosen(pv.cross_transport).with_algorithm(values.chosen(pv.cross_algorithm))
@@ -54,7 +56,7 @@ def identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
                    pv.intra_transport, pv.cross_algorithm, pv.cross_transport):
         if choice is not None:
             out += choice.lits
-    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.last_layers]
+    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.head_layers]
 
 
 def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
@@ -81,8 +83,6 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     """
     model = pv.model
     if 1 in pv.pp.values:
-        from ...schedules import get_schedule
-
         pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i)
                  for i, (name, v) in enumerate(pv.schedule_chunks.values) if get_schedule(name).check(1, v, 8) is None]
         if pairs:

@@ -2,11 +2,10 @@
 
 Per building b: c_b = Σ_shape y·C[shape, gpu_b] (one layer, one micro-batch, fwd+bwd);
 t_b = layers_b·c_b for a regular stage;
-the last stage: t_last = last_layers·c_b + LM head; t_max = max(t_b, t_last) (bottleneck stage).
+the LM-head stage: t_head = head_layers·c_b + LM head; t_max = max(t_b, t_head) (bottleneck stage).
 pipeline ≥ m·t_max + bubble + hops, with
-  bubble ≥ β(schedule, v)·(Σ regular stages − 2·max t_b)   (β = the schedule's bubble_fraction·m/(pp−1),
+  bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
-  Σ regular stages = Σ_b stages_b·t_b (pp across) or pp·t_b (whole pipelines per building),
   hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across): the first micro-batch's forward and
   the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
@@ -67,10 +66,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     not_pp = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.PP]
 
     # --- compute per stage -------------------------------------------------------------------------
-    regular = []  # time of a stage with layers[b] layers in building b
+    per_layer_times = []
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
-    t_last_max = _new(model, "t_last_stage")  # the last stage of the slowest pipeline holding one
+    t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
     model.Add(t_max >= t_reg)
     for b, building in enumerate(buildings):
         weights = [coeffs.layer_us[(shape, building.name)] for shape in pv.shape.values]
@@ -78,28 +77,23 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
         model.Add(per_layer == pv.shape.linear(weights))
         t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
         model.Add(t_reg >= t_b)
-        regular.append(t_b)
+        per_layer_times.append(per_layer)
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
-        t_last = _product(model, f"last_stage_layers_us[{building.name}]", pv.last_layers, per_layer)
-        holds_last = [pv.used[b]]
-        conditions = [holds_last] if pp_mode is None else [[pv.used[b], pv.last[b]]] + [
+        t_head = _product(model, f"head_stage_layers_us[{building.name}]", pv.head_layers, per_layer)
+        conditions = [[pv.used[b]]] if pp_mode is None else [[pv.used[b], pv.head[b]]] + [
             [pv.used[b], lit] for lit in not_pp]
         for condition in conditions:
-            model.Add(t_last_max >= t_last + head).OnlyEnforceIf(condition)
-    model.Add(t_max >= t_last_max)
+            model.Add(t_head_max >= t_head + head).OnlyEnforceIf(condition)
+    model.Add(t_max >= t_head_max)
     compute = _product(model, "compute_us", pv.microbatches, t_max)
 
-    # Σ of the stages other than the bottleneck ≥ Σ regular stages − 2·t_reg + min(t_reg, t_last): the
-    # last stage replaces a regular one, and the bottleneck is either of them.
-    others = model.NewIntVar(-2 * HORIZON_US, HORIZON_US, "other_stages_us")
-    smaller = _new(model, "min_regular_last_us")
-    model.AddMinEquality(smaller, [t_reg, t_last_max])
-    if pp_mode is not None:
-        parts = [_product(model, f"stages*t[{b.name}]", pv.stages[i], regular[i]) for i, b in enumerate(buildings)]
-        model.Add(others >= sum(parts) - 2 * t_reg + smaller).OnlyEnforceIf(pp_mode)
-    whole = _product(model, "pp*t_reg", pv.pp_var, t_reg)
-    for lit in not_pp:
-        model.Add(others >= whole - 2 * t_reg + smaller).OnlyEnforceIf(lit)
+    # Σ of the stages other than the bottleneck = all layers + LM head − t_max (exact on one GPU type;
+    # with several, the fastest layer time bounds it).
+    fastest = _new(model, "fastest_layer_us")
+    model.AddMinEquality(fastest, per_layer_times)
+    head_min = pv.shape.linear([min(coeffs.head_us[(shape, b.name)] for b in buildings) for shape in pv.shape.values])
+    others = model.NewIntVar(-HORIZON_US, HORIZON_US, "other_stages_us")
+    model.Add(others >= instance.job.model_spec.layers * fastest + head_min - t_max)
 
     bubble = _new(model, "bubble_us")
     pp_values, m_values = pv.pp.values, pv.microbatch_values

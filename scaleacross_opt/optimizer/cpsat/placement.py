@@ -4,15 +4,16 @@
 - dp: each used building holds ``replicas[b]`` whole pipelines (Σ replicas = dp, ≥ 2 buildings);
 - pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings).
 Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
-a building. Layers: every stage of building b holds at most ``layers[b]``, except the pipeline's last
-stage, which holds ``last_layers`` ≤ that (it also runs the LM head); the stages hold all the model's
-layers. In none/dp modes one split (``even`` per stage) serves every building.
+a building. Layers: every stage of building b holds at most ``layers[b]``, except the stage with the
+LM head (the last stage; the first for V-shaped schedules), which holds ``head_layers`` ≤ that; the
+stages hold all the model's layers. In none/dp modes one split (``even`` per stage) serves every building.
 """
 
 from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ...schedules import get_schedule
 from ...spec import CrossBuilding
 from .variables import PlanVars
 
@@ -55,20 +56,24 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(s == pv.pp_var).OnlyEnforceIf([whole, used])
         if CrossBuilding.PP in modes.values:
             model.Add(d == pv.dp_var).OnlyEnforceIf([modes.lit(CrossBuilding.PP), used])
-    # The last used building in cluster order holds the last stage.
+    # The LM-head stage is in the last used building in cluster order (first for V-shaped schedules).
+    v_shape = model.NewBoolVar("v_shaped_schedule")
+    model.Add(v_shape == sum(lit for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
+                                                            strict=True)
+                             if get_schedule(name).head_stage(2, v) == 0))
     for b in range(n_b):
-        later = pv.used[b + 1:]
-        model.AddBoolAnd([pv.used[b], *[u.Not() for u in later]]).OnlyEnforceIf(pv.last[b])
-        model.AddBoolOr([pv.used[b].Not(), *later, pv.last[b]])
-    model.AddExactlyOne(pv.last)
-    last_slots = []
+        for side, others in ((v_shape.Not(), pv.used[b + 1:]), (v_shape, pv.used[:b])):
+            model.AddBoolAnd([pv.used[b], *[u.Not() for u in others]]).OnlyEnforceIf([pv.head[b], side])
+            model.AddBoolOr([pv.used[b].Not(), *others, pv.head[b]]).OnlyEnforceIf(side)
+    model.AddExactlyOne(pv.head)
+    head_slots = []
     for b, building in enumerate(buildings):
-        chosen = model.NewIntVar(0, total_layers, f"last_building_layers[{building.name}]")
-        model.Add(chosen == pv.layers[b]).OnlyEnforceIf(pv.last[b])
-        model.Add(chosen == 0).OnlyEnforceIf(pv.last[b].Not())
-        model.Add(pv.last_layers <= pv.layers[b]).OnlyEnforceIf(pv.last[b])
-        last_slots.append(chosen)
-    model.Add(pv.last_layers >= pv.virtual_var)
+        chosen = model.NewIntVar(0, total_layers, f"head_building_layers[{building.name}]")
+        model.Add(chosen == pv.layers[b]).OnlyEnforceIf(pv.head[b])
+        model.Add(chosen == 0).OnlyEnforceIf(pv.head[b].Not())
+        model.Add(pv.head_layers <= pv.layers[b]).OnlyEnforceIf(pv.head[b])
+        head_slots.append(chosen)
+    model.Add(pv.head_layers >= pv.virtual_var)
     n_used = sum(pv.used)
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is CrossBuilding.NONE:
@@ -81,8 +86,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(sum(pv.replicas) == pv.dp_var).OnlyEnforceIf(lit)
         if mode is CrossBuilding.PP:
             model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
-            model.Add(sum(layer_slots) - sum(last_slots) + pv.last_layers >= total_layers).OnlyEnforceIf(lit)
-    # none / dp: (pp − 1) stages of ``even`` layers and the last stage, for every used building.
+            model.Add(sum(layer_slots) - sum(head_slots) + pv.head_layers >= total_layers).OnlyEnforceIf(lit)
+    # none / dp: (pp − 1) stages of ``even`` layers and the head stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
     even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
     for b in range(n_b):
@@ -91,7 +96,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
                 model.Add(pv.layers[b] == even).OnlyEnforceIf([lit, pv.used[b]])
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is not CrossBuilding.PP:
-            model.Add(even_slots - even + pv.last_layers >= total_layers).OnlyEnforceIf(lit)
+            model.Add(even_slots - even + pv.head_layers >= total_layers).OnlyEnforceIf(lit)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     return {"layer_slots": layer_slots, "layers_pp": layers_pp}

@@ -2,8 +2,9 @@
 
 Every discrete choice is a one-hot set of literals (``OneHot``); integer degrees are linear in their
 literals. Per building b: ``used[b]``, ``replicas[b]`` (DP replicas held), ``stages[b]`` (pipeline
-stages held), ``layers[b]`` (layers per stage there) and ``last[b]`` (b holds the last stage);
-``last_layers`` is the last stage's layer count (it also carries the LM head).
+stages held), ``layers[b]`` (layers per stage there) and ``head[b]`` (b holds the stage with the LM
+head: the pipeline's last stage, or its first for V-shaped schedules); ``head_layers`` is that stage's
+layer count.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class PlanVars:
     replicas: list[cp_model.IntVar]
     stages: list[cp_model.IntVar]
     layers: list[cp_model.IntVar]
-    last: list[cp_model.IntVar]  # last[b]: b is the last used building in cluster order (holds the last stage)
-    last_layers: cp_model.IntVar  # layers of the last pipeline stage (it also carries the LM head)
+    head: list[cp_model.IntVar]  # head[b]: building b holds the stage with the LM head
+    head_layers: cp_model.IntVar  # layers of that stage
     terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
 
     @property
@@ -158,7 +159,7 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         replicas=[model.NewIntVar(0, b.num_gpus // min_replica, f"replicas[{b.name}]") for b in buildings],
         stages=[model.NewIntVar(0, max(space.pp), f"stages[{b.name}]") for b in buildings],
         layers=[model.NewIntVar(0, layers, f"layers[{b.name}]") for b in buildings],
-        last=[model.NewBoolVar(f"last[{b.name}]") for b in buildings],
-        last_layers=model.NewIntVar(1, layers, "last_layers"),
+        head=[model.NewBoolVar(f"head[{b.name}]") for b in buildings],
+        head_layers=model.NewIntVar(1, layers, "head_layers"),
     )
     return pv
