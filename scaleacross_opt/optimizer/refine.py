@@ -29,7 +29,7 @@ from .result import SolveStats
 
 US = 1e-6
 NEAR_OPTIMAL = 0.02  # candidates come from within 2 % of the round's bound
-BOUND_WORKERS = 8  # CP-SAT portfolio size for the bound (its optimum value does not depend on it)
+WORKERS = 8  # CP-SAT portfolio size (the optimum value does not depend on it)
 
 
 @dataclass
@@ -62,24 +62,27 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
     return solver
 
 
-def _candidates(pv: PlanVars, bound_us: int, seed: int, top_k: int, time_s: float
-                ) -> list[tuple[float, dict[int, int]]]:
-    """Up to ``top_k`` distinct plans with step ≤ bound_us, found deterministically."""
-    model = pv.model.clone()
-    model.ClearObjective()
-    step = model.get_int_var_from_proto_index(pv.terms["step"].Index())
-    model.Add(step <= bound_us)
-    found = []
-    deadline = time.perf_counter() + time_s
-    keys = identity_vars(pv)
-    while len(found) < top_k and time.perf_counter() < deadline:
-        solver = _solver(seed, 1, deadline - time.perf_counter())
-        if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            break
-        assignment = {var.Index(): int(solver.Value(var)) for var in keys}
-        found.append((solver.Value(step) * US, assignment))
-        add_nogood(model, assignment)
-    return found
+class _Improving(cp_model.CpSolverSolutionCallback):
+    """Records the identity assignment and objective of every improving solution of one solve."""
+
+    def __init__(self, keys: list[cp_model.IntVar]):
+        super().__init__()
+        self.keys = keys
+        self.found: list[tuple[int, dict[int, int]]] = []
+
+    def on_solution_callback(self) -> None:
+        self.found.append((int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys}))
+
+
+def _near_optimal(found: list[tuple[int, dict[int, int]]], limit_us: int, top_k: int) -> list[dict[int, int]]:
+    """Distinct assignments with objective ≤ limit, best first (ties in a canonical order), at most top_k."""
+    unique: dict[tuple, tuple[int, dict[int, int]]] = {}
+    for objective, assignment in found:
+        key = tuple(sorted(assignment.items()))
+        if objective <= limit_us and (key not in unique or objective < unique[key][0]):
+            unique[key] = (objective, assignment)
+    ranked = sorted(unique.items(), key=lambda item: (item[1][0], item[0]))
+    return [assignment for _, (_, assignment) in ranked[:top_k]]
 
 
 def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int) -> int:
@@ -106,8 +109,9 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
             stats.status = "time_limit"
             break
         t0 = time.perf_counter()
-        solver = _solver(seed, BOUND_WORKERS, remaining)
-        status = solver.Solve(pv.model)
+        solver = _solver(seed, WORKERS, remaining)
+        recorder = _Improving(identity_vars(pv))
+        status = solver.Solve(pv.model, recorder)
         stats.rounds += 1
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             stats.cpsat_wall_s += time.perf_counter() - t0
@@ -122,14 +126,10 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
             stats.cpsat_wall_s += time.perf_counter() - t0
             stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
             break
-        remaining = time_limit_s - (time.perf_counter() - start)
-        found = _candidates(pv, int(optimum_us * (1 + NEAR_OPTIMAL)), seed, top_k, remaining)
+        found = _near_optimal(recorder.found, int(optimum_us * (1 + NEAR_OPTIMAL)), top_k)
+        bounds = [plan_bound_us(pv, assignment, seed) * US for assignment in found]
         stats.cpsat_wall_s += time.perf_counter() - t0
-        if not found:
-            stats.status = "time_limit"
-            break
-        bounds = [plan_bound_us(pv, assignment, seed) * US for _, assignment in found]
-        for (_, assignment), plan_bound in zip(found, bounds, strict=True):
+        for assignment, plan_bound in zip(found, bounds, strict=True):
             add_nogood(pv.model, assignment)
             plan = extract_plan(pv, Values(_Snapshot(assignment)))
             problems = validate_plan(plan, pv.instance)
