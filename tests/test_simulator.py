@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scaleacross_opt.catalog import coefficients as co
 from scaleacross_opt.simulator import report_from_result, simulate_workload, write_trace
 from scaleacross_opt.simulator.engine import _event_loop, _resources, op_graph
 from scaleacross_opt.simulator.synthetic import uniform_workload
@@ -102,13 +103,15 @@ def test_event_loop_matches_list_schedule_without_contention() -> None:
 
 
 def test_dp_sync_overlaps_remaining_backward() -> None:
-    d = 0.5
+    d = 2.5
     wl = uniform_workload("interleaved-1f1b", 4, 2, 8, dp_sync_s=d, optimizer_s=0.25)
     result = simulate_workload(wl)
-    # Chunk 1's sync of every stage hides behind chunk 0's remaining backwards; chunk 0's is exposed.
-    assert result.exposed_dp_s == pytest.approx(d)
+    # Chunk 1's sync of every stage hides behind chunk 0's remaining backwards; chunk 0's buckets start
+    # during its last backward (B = 2 s here), so only d − overlap·B of it is exposed.
+    exposed = d - co.DP_BACKWARD_OVERLAP_FRACTION * 2.0
+    assert result.exposed_dp_s == pytest.approx(exposed)
     assert result.exposed_dp_s < wl.dp_sync_s.sum(axis=1).min()
-    assert result.step_time_s == pytest.approx(result.pipeline_end_s + d + 0.25)
+    assert result.step_time_s == pytest.approx(result.pipeline_end_s + exposed + 0.25)
     assert np.all(result.dp_start_s[:, 1] < result.pipeline_end_s)
 
 
@@ -116,9 +119,11 @@ def test_dp_sync_waits_for_every_group_and_serialises() -> None:
     wl = uniform_workload("1f1b", 2, 1, 2, dp_sync_s=10.0, num_groups=2)
     slow = replace(wl.groups[1], fwd_s=wl.groups[1].fwd_s * 2)
     result = simulate_workload(replace(wl, groups=(wl.groups[0], slow)))
-    ready = max(g.end[op_graph("1f1b", 2, 1, 2).last_backward].max() for g in result.groups)
-    assert result.dp_start_s.max() == pytest.approx(ready)
-    assert result.step_time_s == pytest.approx(result.pipeline_end_s + 10.0)
+    last = op_graph("1f1b", 2, 1, 2).last_backward
+    f = co.DP_BACKWARD_OVERLAP_FRACTION
+    ready = max((g.end[last] - f * (g.end[last] - g.start[last])).max() for g in result.groups)
+    assert result.dp_start_s.max() == pytest.approx(ready)  # the slow group's buckets gate the sync
+    assert result.step_time_s == pytest.approx(ready + 10.0)
 
 
 def test_report_breakdown_sums_to_step_time() -> None:

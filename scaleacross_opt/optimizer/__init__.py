@@ -40,7 +40,11 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     """
     from ..cost.step import estimate
 
-    space = prune_space(instance, design_space(instance))
+    space = design_space(instance)
+    reason = space.empty_reason(instance)
+    if reason:
+        raise InfeasibleError(reason)
+    space = prune_space(instance, space)
     coefficients = build_coefficients(instance, space)
     pv = build_model(instance, space, coefficients)
     if progress:

@@ -13,7 +13,8 @@ def materialize_layers(stages: list[int], max_layers: list[int], total_layers: i
                        head_layers: int, head_stage: int) -> list[int]:
     """Layers per stage: building b's stages hold ``max_layers[b]`` each except ``head_stage``, which holds
     ``head_layers`` (it also carries the LM head); the excess over the model's layers is removed one
-    layer at a time from the other stages, last stage first, never below ``virtual_stages`` per stage.
+    layer at a time from the other stages, first stage first (it carries the embedding), never below
+    ``virtual_stages`` per stage.
     """
     layers = [ell for s, ell in zip(stages, max_layers, strict=True) for _ in range(s)]
     layers[head_stage] = head_layers
@@ -22,7 +23,7 @@ def materialize_layers(stages: list[int], max_layers: list[int], total_layers: i
         raise ValueError(f"{sum(layers)} layer slots cannot hold {total_layers} layers")
     while excess > 0:
         progressed = False
-        for i in (i for i in reversed(range(len(layers))) if i != head_stage):
+        for i in (i for i in range(len(layers)) if i != head_stage):
             if excess and layers[i] > virtual_stages:
                 layers[i] -= 1
                 excess -= 1

@@ -72,6 +72,23 @@ class DesignSpace:
     intra_network: tuple[TrafficClassConfig, ...]
     cross_network: tuple[TrafficClassConfig, ...]
 
+    def empty_reason(self, instance: Instance) -> str | None:
+        """Why no plan can exist because some decision has no allowed option, or None."""
+        search = instance.search
+        for field, values, asked in (
+            ("tp", self.tp, search.tp_degrees), ("cp", self.cp, search.cp_degrees), ("pp", self.pp, search.pp_degrees),
+            ("ep", self.ep, search.ep_degrees), ("schedule", self.schedules, search.schedules),
+            ("cross-building placement", self.cross_building, search.cross_building),
+            ("intra-building network setting", self.intra_network, None),
+        ):
+            if not values:
+                allowed = f" (search allows {asked})" if asked is not None else ""
+                return (f"no {field} option fits {instance.num_gpus} GPUs of the "
+                        f"{instance.job.model_spec.name} job{allowed}")
+        if not self.schedule_chunks():
+            return f"no schedule in {list(self.schedules)} runs with virtual stages {list(self.virtual_stages)}"
+        return None
+
     @property
     def shapes(self) -> list[Shape]:
         """All shard shapes (tp, cp, ep, micro-batch, recompute)."""

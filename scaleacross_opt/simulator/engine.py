@@ -14,8 +14,10 @@ cross-building directed link (src, dst building) is one resource shared by all t
 transfers on it; inside a building every directed stage pair is its own resource (separate NICs on
 a non-blocking fabric) with the (b, b) path's bandwidth. Groups are independent (each LinkShare is
 already one replica's share); they meet only in DP gradient sync: for each stage, chunk syncs run
-serialised on the stage's DP stream, each starting once that chunk's last backward (W if split,
-else B) finished in every group, in order of readiness. The optimizer step follows the last sync.
+serialised on the stage's DP stream, each starting once that chunk's gradient buckets start to be
+ready in every group — ``DP_BACKWARD_OVERLAP_FRACTION`` of the chunk's last backward op (W if split,
+else B) before it ends (bucketed reduce, PyTorch DDP / Megatron overlap_grad_reduce) — in order of
+readiness. The optimizer step follows the last sync.
 
 Design (fastest exact method, per group):
 
@@ -39,6 +41,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from ..catalog import coefficients as co
 
 from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
@@ -232,7 +236,9 @@ def simulate_workload(workload: StepWorkload) -> SimResult:
     graph = op_graph(workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
     groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
     pipeline_end = max(g.makespan_s for g in groups)
-    ready = np.max([g.end[graph.last_backward] for g in groups], axis=0)  # (pp, v)
+    overlap = co.DP_BACKWARD_OVERLAP_FRACTION
+    ready = np.max([g.end[graph.last_backward] - overlap * (g.end[graph.last_backward] - g.start[graph.last_backward])
+                    for g in groups], axis=0)  # (pp, v)
     dp_start, dp_end = _dp_sync(ready, np.asarray(workload.dp_sync_s, dtype=np.float64))
     optimizer_start = max(pipeline_end, float(dp_end.max()))
     return SimResult(

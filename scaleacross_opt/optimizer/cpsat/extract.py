@@ -94,3 +94,64 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
             model.Add(pv.cross_transport.lits[0] == 1).OnlyEnforceIf(lit)
         if mode is not CrossBuilding.DP:
             model.Add(pv.cross_algorithm.lits[0] == 1).OnlyEnforceIf(lit)
+
+
+def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
+    """The identity-variable values that describe ``plan`` (the inverse of ``extract_plan``), or None
+    when the plan uses an option the model does not have (e.g. a pruned network setting)."""
+    from ..space import Shape
+
+    assert plan.placement is not None and plan.network is not None
+    values: dict[int, int] = {}
+
+    def choose(choice: OneHot | None, value: object) -> bool:
+        if choice is None:
+            return True
+        if value not in choice.values:
+            return False
+        for v, lit in zip(choice.values, choice.lits, strict=True):
+            values[lit.Index()] = int(v == value)
+        return True
+
+    def transport_of(choice: OneHot | None, config) -> object:  # noqa: ANN001
+        if choice is None:
+            return None
+        return next((t for t in choice.values
+                     if t.with_algorithm(config.collective_algorithm) == config), None)
+
+    net = plan.network
+    ok = all((
+        choose(pv.shape, Shape(plan.tp, plan.cp, plan.ep, plan.micro_batch_size, plan.recompute)),
+        choose(pv.pp, plan.pp), choose(pv.dp, plan.dp), choose(pv.zero, plan.zero_stage),
+        choose(pv.schedule_chunks, (plan.schedule, plan.virtual_stages)),
+        choose(pv.mode, plan.placement.cross_building),
+        choose(pv.intra_algorithm, net.intra_building.collective_algorithm),
+        choose(pv.intra_transport, transport_of(pv.intra_transport, net.intra_building)),
+        choose(pv.cross_algorithm, net.cross_building.collective_algorithm),
+        choose(pv.cross_transport, transport_of(pv.cross_transport, net.cross_building)),
+    ))
+    if not ok:
+        return None
+    layers = plan.placement.layers_per_stage
+    head_stage = get_schedule(plan.schedule).head_stage(plan.pp, plan.virtual_stages)
+    shares = {s.building: s for s in plan.placement.buildings}
+    stage = 0
+    order = [s.building for s in plan.placement.buildings]
+    first_stage = {}
+    for name in order:
+        first_stage[name] = stage if plan.placement.cross_building is CrossBuilding.PP else 0
+        stage += shares[name].pp_stages if plan.placement.cross_building is CrossBuilding.PP else 0
+    for b, name in enumerate(pv.buildings):
+        share = shares.get(name)
+        if share is None:
+            replicas = stages = ell = 0
+        else:
+            replicas, stages = share.dp_replicas, share.pp_stages
+            own = range(first_stage[name], first_stage[name] + stages)
+            regular = [layers[i] for i in own if i != head_stage]
+            ell = max(regular) if regular else layers[head_stage]
+        values[pv.replicas[b].Index()] = replicas
+        values[pv.stages[b].Index()] = stages
+        values[pv.layers[b].Index()] = ell
+    values[pv.head_layers.Index()] = layers[head_stage]
+    return values

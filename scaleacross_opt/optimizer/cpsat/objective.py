@@ -11,7 +11,8 @@ pipeline ≥ m·t_max + bubble + hops, with
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync: intra ≥ grad bytes/GPU · cost per byte (d_b ≥ 2); cross (dp across) ≥ whole-gradient bytes ·
 cost per byte + latency steps (ring 2(dp−1), tree/pat 2⌈log2 dp⌉, hierarchical 2(#buildings−1));
-exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends).
+exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
+overlap with that chunk's last backward.
 step ≥ pipeline + exposed DP + optimizer.
 """
 
@@ -21,6 +22,7 @@ import math
 
 from ortools.sat.python import cp_model
 
+from ...catalog import coefficients as co
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ..coefficients import Coefficients
@@ -52,6 +54,13 @@ def ring_factor(group: int) -> float:
     """Ring reduce-scatter / all-gather volume 2(n−1)/n relative to its n = 2 value (which the
     coefficients use), for a DP group of at least ``group`` ranks."""
     return 2 * (group - 1) / group if group > 1 else 1.0
+
+
+def _layers_left(pv: PlanVars, name: str, total: int, minus: list[cp_model.IntVar]) -> cp_model.IntVar:
+    """max(0, total − head_layers − Σ minus): layers on the stages before a chain's stage."""
+    out = pv.model.NewIntVar(0, total, f"layers_{name}")
+    pv.model.AddMaxEquality(out, [0, total - pv.head_layers - sum(minus)])
+    return out
 
 
 def _is_pp_mode(pv: PlanVars) -> cp_model.IntVar | None:
@@ -87,23 +96,29 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     model.Add(t_max >= t_head_max)
     compute = _product(model, "compute_us", pv.microbatches, t_max)
 
-    # Σ of the stages other than the bottleneck = all layers + LM head − t_max (exact on one GPU type;
-    # with several, the fastest layer time bounds it).
+    # Chain bounds: a stage k cannot start before micro-batch 0's forward reached it nor end before the
+    # last backward left it, so T ≥ m·t_k + β·Σ_{s<k} t_s + hops to k and back, with β = 1 for 1F1B-like
+    # schedules, 1/v interleaved, 1/3 zero-bubble (the part of a stage's work on that chain).
+    # k = the LM-head stage (last): Σ_{s<k} t_s ≥ (L − head_layers)·c_min. k = the last regular stage
+    # (whole pipelines, pp ≥ 2; the layer split trims the first stages, so it holds layers[b]):
+    # Σ_{s<k} t_s ≥ (L − head_layers − layers)·c_min. V-shaped schedules get m·t_max only.
+    layers_total = instance.job.model_spec.layers
     fastest = _new(model, "fastest_layer_us")
     model.AddMinEquality(fastest, per_layer_times)
-    head_min = pv.shape.linear([min(coeffs.head_us[(shape, b.name)] for b in buildings) for shape in pv.shape.values])
-    others = model.NewIntVar(-HORIZON_US, HORIZON_US, "other_stages_us")
-    model.Add(others >= instance.job.model_spec.layers * fastest + head_min - t_max)
-
-    bubble = _new(model, "bubble_us")
-    pp_values, m_values = pv.pp.values, pv.microbatch_values
-    for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
-        beta = int(SCALE * bubble_factor(name, v, pp_values, m_values))
-        model.Add(SCALE * bubble >= beta * others).OnlyEnforceIf(lit)
+    before_head = _product(model, "layers_before_head*c", _layers_left(pv, "before_head", layers_total, []),
+                           fastest)
+    m_head = _product(model, "m*t_head", pv.microbatches, t_head_max)
+    even = pv.layers  # in whole-pipeline modes every used building has the same layers[b]
+    before_last_regular = [
+        _product(model, f"layers_before_regular*c[{b.name}]",
+                 _layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]]), fastest)
+        for i, b in enumerate(buildings)]
+    m_regular = _product(model, "m*t_reg", pv.microbatches, t_reg)
 
     hops = _new(model, "hops_us")
     model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
     pipeline = _new(model, "pipeline_us")
+    model.Add(pipeline >= compute)
     if pp_mode is not None and pv.cross_transport is not None:
         cross_hops = _new(model, "cross_hops_us")
         for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
@@ -112,19 +127,32 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1) + cross_hops)
-    model.Add(pipeline >= compute + bubble + hops)
+    several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
+    for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
+        schedule = get_schedule(name)
+        if schedule.head_stage(2, v) == 0:
+            continue
+        beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
+        model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
+        for b in range(len(buildings)):
+            for mode_lit in not_pp:
+                model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
+                          + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+
     if 3 in pv.zero.values:
         _add_zero3_gathers(pv, coeffs, pipeline)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
     dp_total = _add_dp_sync(pv, coeffs)
     dp_exposed = _new(model, "dp_exposed_us")
+    overlap = int(SCALE * co.DP_BACKWARD_OVERLAP_FRACTION)
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
         v_lits = [lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
                   if vv == v]
         v_on = model.NewBoolVar(f"v={v}")
         model.Add(v_on == sum(v_lits))
-        model.Add(v * dp_exposed >= dp_total).OnlyEnforceIf(v_on)
+        # one chunk's sync, less the part its buckets overlap with that chunk's last backward (≤ t_max/v)
+        model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - overlap * t_max).OnlyEnforceIf(v_on)
 
     # --- optimizer step ----------------------------------------------------------------------------
     optimizer = _new(model, "optimizer_us")
@@ -134,7 +162,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer)
-    pv.terms.update(compute=compute, bubble=bubble, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
+    pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
 
@@ -170,15 +198,37 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
     per_layer = _new(model, "grad_kib_per_layer", max(grad_weights))
     model.Add(per_layer == pv.shape.linear(grad_weights))
+    # The first stage finishes its backward last; its gradients (at least min_b layers[b] − 1 layers: the
+    # layer split may trim it by one) sync after the pipeline ends.
+    layers_total = pv.instance.job.model_spec.layers
+    held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in buildings]
+    for b, var in enumerate(held):
+        model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
+        model.Add(var == layers_total).OnlyEnforceIf(pv.used[b].Not())
+    fewest = _new(model, "fewest_layers", layers_total)
+    model.AddMinEquality(fewest, held)
+    sync_layers = _new(model, "sync_layers", layers_total)
+    model.AddMaxEquality(sync_layers, [0, fewest - 1])
+    grad_kib = _product(model, "grad_kib", sync_layers, per_layer)
+    several = []
     for b, building in enumerate(buildings):
-        grad_kib = _product(model, f"grad_kib[{building.name}]", pv.layers[b], per_layer)
-        several = model.NewBoolVar(f"replicas>=2[{building.name}]")
-        model.Add(pv.replicas[b] >= 2).OnlyEnforceIf(several)
-        model.Add(pv.replicas[b] <= 1).OnlyEnforceIf(several.Not())
-        for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
-            for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
-                per_mib = int(SCALE * coeffs.intra_us_per_mib[transport] * ring_factor(d))
-                model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, several, d_lit])
+        lit = model.NewBoolVar(f"replicas>=2[{building.name}]")
+        model.Add(pv.replicas[b] >= 2).OnlyEnforceIf([lit, pv.used[b]])
+        model.Add(pv.replicas[b] <= 1).OnlyEnforceIf([lit.Not(), pv.used[b]])
+        model.Add(lit == 1).OnlyEnforceIf(pv.used[b].Not())
+        several.append(lit)
+    all_several = model.NewBoolVar("every_building_holds_2_replicas")
+    model.AddBoolAnd(several).OnlyEnforceIf(all_several)
+    model.AddBoolOr([lit.Not() for lit in several]).OnlyEnforceIf(all_several.Not())
+    whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.DP]
+    for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
+        base = int(SCALE * coeffs.intra_us_per_mib[transport])
+        model.Add(1024 * SCALE * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])
+        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):  # the DP group is within one building
+            per_mib = int(SCALE * coeffs.intra_us_per_mib[transport] * ring_factor(d))
+            for mode_lit in whole_group:
+                model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
+                                                                                     mode_lit])
     model.Add(dp_total >= intra)
     if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
         return dp_total

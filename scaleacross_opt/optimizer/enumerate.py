@@ -1,0 +1,151 @@
+"""Exhaustive enumeration of the design space (small spaces only): the ground truth the CP-SAT
+planner is checked against, and the exhaustive-search baseline.
+
+Enumerates exactly the plans the CP-SAT model can express — degrees, schedule, per-building counts,
+non-dominated layer splits (no stage could hold a layer less), network settings — with the same
+pins for settings that cannot matter (cross-building settings when nothing crosses, the cross
+algorithm unless DP crosses, the schedule when pp = 1). Structural rules are applied here; memory
+is left to the validator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from itertools import product
+
+from ..schedules import get_schedule
+from ..spec import CrossBuilding, Instance, NetworkConfig, Placement, Plan
+from .cpsat.variables import split_network_options
+from .placement import build_placement
+from .space import DesignSpace
+
+
+def _compositions(total: int, caps: list[int], min_parts: int) -> Iterator[list[int]]:
+    """Vectors x with 0 ≤ x_i ≤ caps_i, Σ x = total and at least ``min_parts`` non-zero entries."""
+    def rec(i: int, left: int) -> Iterator[list[int]]:
+        if i == len(caps):
+            if left == 0:
+                yield []
+            return
+        for x in range(min(left, caps[i]) + 1):
+            for rest in rec(i + 1, left - x):
+                yield [x, *rest]
+
+    for vector in rec(0, total):
+        if sum(1 for x in vector if x) >= min_parts:
+            yield vector
+
+
+def _even_splits(layers: int, pp: int, v: int) -> Iterator[tuple[int, int]]:
+    """(layers per regular stage, layers of the LM-head stage), none of which could drop a layer."""
+    if pp == 1:
+        yield layers, layers
+        return
+    for head in range(v, layers + 1):
+        even = max(v, math.ceil((layers - head) / (pp - 1)))
+        if even < head:
+            break
+        if (pp - 1) * even + head - 1 < layers and (pp - 1) * (even - 1) + head < layers:
+            yield even, head
+
+
+def _pp_splits(layers: int, stages: list[int], head_index: int, v: int) -> Iterator[tuple[list[int], int]]:
+    """(layers per stage of each building, LM-head-stage layers) covering ``layers`` where no building's
+    stages and not the head stage could hold one layer less."""
+    used = [b for b, s in enumerate(stages) if s]
+    for values in product(range(v, layers + 1), repeat=len(used)):
+        per = [0] * len(stages)
+        for b, ell in zip(used, values, strict=True):
+            per[b] = ell
+        for head in range(v, per[head_index] + 1):
+            slots = [stages[b] - (b == head_index) for b in range(len(stages))]
+            total = sum(per[b] * slots[b] for b in used) + head
+            if total < layers:
+                continue
+            shrinkable = (head > v and total - 1 >= layers) or any(
+                per[b] - 1 >= max(v, head if b == head_index else 0) and slots[b] and total - slots[b] >= layers
+                for b in used)
+            if not shrinkable:
+                yield per, head
+
+
+def _placements(instance: Instance, mode: CrossBuilding, tp: int, cp: int, pp: int, dp: int, ep: int,
+                v: int, head_stage: int) -> Iterator[Placement]:
+    buildings = instance.cluster.buildings
+    names = [b.name for b in buildings]
+    layers = instance.job.model_spec.layers
+    tc = tp * cp
+    if mode is CrossBuilding.NONE or mode is CrossBuilding.DP:
+        if mode is CrossBuilding.NONE:
+            options = [[dp if i == j else 0 for i in range(len(buildings))] for j, b in enumerate(buildings)
+                       if b.num_gpus >= dp * pp * tc]
+        else:
+            caps = [b.num_gpus // (pp * tc) for b in buildings]
+            options = [x for x in _compositions(dp, caps, 2) if all(d * cp % ep == 0 for d in x if d)]
+        for replicas in options:
+            stages = [pp if d else 0 for d in replicas]
+            for even, head in _even_splits(layers, pp, v):
+                yield build_placement(mode, names, replicas, stages, [even] * len(names), head, head_stage,
+                                      layers, v)
+        return
+    caps = [b.num_gpus // (dp * tc) for b in buildings]
+    if dp * cp % ep:
+        return
+    for stages in _compositions(pp, caps, 2):
+        used = [b for b, s in enumerate(stages) if s]
+        head_index = used[0] if head_stage == 0 else used[-1]
+        for per, head in _pp_splits(layers, stages, head_index, v):
+            replicas = [dp if s else 0 for s in stages]
+            yield build_placement(mode, names, replicas, stages, per, head, head_stage, layers, v)
+
+
+def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
+    """Every distinct plan of ``space`` that meets the structural rules (memory unchecked)."""
+    n, gbs = instance.num_gpus, instance.job.global_batch_size
+    intra_algs, intra_transports = split_network_options(space.intra_network)
+    cross_algs, cross_transports = split_network_options(space.cross_network) if space.cross_network else ([], [])
+    pinned_pp1 = min(((get_schedule(name).in_flight_microbatches(1, v, 8), i)
+                      for i, (name, v) in enumerate(space.schedule_chunks()) if get_schedule(name).check(1, v, 8) is None),
+                     default=(0.0, -1))[1]
+    seen: set[str] = set()
+    for shape in space.shapes:
+        for pp in space.pp:
+            if n % (shape.tp * shape.cp * pp):
+                continue
+            dp = n // (shape.tp * shape.cp * pp)
+            if gbs % (dp * shape.micro_batch_size) or (dp * shape.cp) % shape.ep:
+                continue
+            m = gbs // (dp * shape.micro_batch_size)
+            for index, (name, v) in enumerate(space.schedule_chunks()):
+                schedule = get_schedule(name)
+                if schedule.check(pp, v, m) is not None or pp * v > instance.job.model_spec.layers:
+                    continue
+                if pp == 1 and index != pinned_pp1:
+                    continue
+                head_stage = schedule.head_stage(pp, v)
+                for mode in space.cross_building:
+                    for placement in _placements(instance, mode, shape.tp, shape.cp, pp, dp, shape.ep, v,
+                                                 head_stage):
+                        for zero, networks in product(space.zero_stages, _networks(
+                                mode, intra_algs, intra_transports, cross_algs, cross_transports)):
+                            plan = Plan(tp=shape.tp, cp=shape.cp, pp=pp, dp=dp, ep=shape.ep, virtual_stages=v,
+                                        micro_batch_size=shape.micro_batch_size, schedule=name,
+                                        recompute=shape.recompute, zero_stage=zero, placement=placement,
+                                        network=networks)
+                            key = plan.model_dump_json()
+                            if key not in seen:
+                                seen.add(key)
+                                yield plan
+
+
+def _networks(mode, intra_algs, intra_transports, cross_algs, cross_transports) -> Iterator[NetworkConfig]:  # noqa: ANN001
+    for alg, transport in product(intra_algs, intra_transports):
+        intra = transport.with_algorithm(alg)
+        if not cross_transports:
+            yield NetworkConfig(intra_building=intra, cross_building=intra)
+            continue
+        transports = cross_transports[:1] if mode is CrossBuilding.NONE else cross_transports
+        algorithms = cross_algs if mode is CrossBuilding.DP else cross_algs[:1]
+        for cross_alg, cross_transport in product(algorithms, transports):
+            yield NetworkConfig(intra_building=intra, cross_building=cross_transport.with_algorithm(cross_alg))

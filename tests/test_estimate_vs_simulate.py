@@ -1,0 +1,238 @@
+"""Closed-form estimate vs discrete-event simulation on shipped instances.
+
+Both reports are composed from the same ``build_workload``, so every difference comes from how the
+ops are composed. ``benchmarks/estimate_vs_simulate.py`` measures the differences over all shipped
+instances; this file pins the ones that matter:
+
+- Agreement where the closed form is exact. For 1F1B, GPipe and interleaved 1F1B the bubble
+  fraction does not depend on the op times, so on one building (or with little p2p traffic) and with
+  the slowest stage last (LM head) the pipeline makespan must match the simulator. (With a faster
+  stage behind the bottleneck — mixed GPUs — the closed form is a few % high; not pinned here.)
+  The benchmark measures max 0.002 % for these schedules on ``single-building-llama3-70b`` and
+  ``small-two-buildings-llama3-8b`` (27 plans), hence ``PIPELINE_TOL`` = 0.1 %. The full step
+  differs only by exposed DP sync: the closed form credits bucketing with
+  ``DP_BACKWARD_OVERLAP_FRACTION`` of the last backward, the simulator does not (benchmark: max
+  5.0 % on those plans, all from that term), hence ``STEP_TOL`` = 5.5 % and the bounds checked in
+  ``test_dp_residual_is_the_bucketing_credit``.
+- The direction of the known differences, where it follows from first principles (each test's
+  docstring gives the argument and checks its precondition on the workload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from scaleacross_opt.catalog import coefficients as co
+from scaleacross_opt.catalog.network import DEFAULT_NETWORK
+from scaleacross_opt.cost.report import StepReport
+from scaleacross_opt.cost.step import build_workload, estimate
+from scaleacross_opt.cost.workload import StepWorkload
+from scaleacross_opt.plan_defaults import fill_defaults
+from scaleacross_opt.simulator import simulate
+from scaleacross_opt.spec import (
+    BuildingShare,
+    CongestionControl,
+    CrossBuilding,
+    Instance,
+    LossRecovery,
+    Placement,
+    Plan,
+)
+from scaleacross_opt.validation.plan_checks import validate_plan
+
+PIPELINE_TOL = 0.001  # relative; benchmark max 0.002 % for 1f1b / gpipe / interleaved-1f1b
+STEP_TOL = 0.055  # relative; benchmark max 5.0 % for those schedules on the two instances below
+
+SINGLE = "single-building-llama3-70b"
+SMALL = "small-two-buildings-llama3-8b"
+CAMPUS = "three-buildings-campus-llama3-70b"
+REGION = "cross-region-gpt3-175b"
+
+
+Compared = tuple[Plan, StepReport, StepReport, StepWorkload]
+
+
+@pytest.fixture(scope="module")
+def instances(load_shipped_instance: Callable[[str], Instance]) -> dict[str, Instance]:
+    """The shipped instances used here, loaded once."""
+    return {name: load_shipped_instance(name) for name in (SINGLE, SMALL, CAMPUS, REGION)}
+
+
+@pytest.fixture(scope="module")
+def compare(instances: dict[str, Instance]) -> Callable[..., Compared]:
+    """compare(instance name, plan or plan fields) → (filled plan, estimate, simulation, workload); the
+    filled plan must pass ``validate_plan``."""
+
+    def run(name: str, plan: Plan | None = None, **fields: object) -> Compared:
+        instance = instances[name]
+        plan = fill_defaults(instance, plan if plan is not None else Plan(**fields))  # type: ignore[arg-type]
+        assert validate_plan(plan, instance) == []
+        return plan, estimate(instance, plan), simulate(instance, plan), build_workload(instance, plan)
+
+    return run
+
+
+def rel(a: float, b: float) -> float:
+    return (a - b) / b
+
+
+def pipeline_times(est: StepReport, sim: StepReport, workload: StepWorkload) -> tuple[float, float]:
+    """(estimated, simulated) pipeline makespan: the step without exposed DP sync and the optimizer.
+
+    The estimate counts exposed ZeRO-3 gathers in exposed_dp_s although they are inside the op durations."""
+    zero3 = workload.exposed_comm_s.get("dp", 0.0)
+    b = est.breakdown
+    return est.step_time_s - (b["exposed_dp_s"] - zero3) - b["optimizer_s"], float(sim.details["pipeline_makespan_s"])
+
+
+def dp_without_bucketing(workload: StepWorkload) -> float:
+    """The closed form's exposed DP sync with the bucketing credit removed (drain of earlier stages only)."""
+    out = 0.0
+    for group in workload.groups:
+        bwd = group.bwd_s.sum(axis=1)
+        drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
+        out = max(out, float(np.maximum(0.0, workload.dp_sync_s.sum(axis=1) - drain).max()))
+    return out
+
+
+def pp_across(instance: Instance, plan: Plan) -> Placement:
+    """Half the stages of every replica in each of two buildings."""
+    a, b = (x.name for x in instance.cluster.buildings)
+    layers = instance.job.model_spec.layers
+    split = [layers // plan.pp + (1 if s < layers % plan.pp else 0) for s in range(plan.pp)]
+    shares = [BuildingShare(building=n, dp_replicas=plan.dp, pp_stages=plan.pp // 2) for n in (a, b)]
+    return Placement(cross_building=CrossBuilding.PP, buildings=shares, layers_per_stage=split)
+
+
+# ------------------------------------------------------------------------------------------------
+# Agreement where the closed form is exact
+# ------------------------------------------------------------------------------------------------
+
+EXACT_CASES = [
+    (SINGLE, {"schedule": "1f1b", "virtual_stages": 1, "recompute": "none"}),
+    (SINGLE, {"schedule": "gpipe", "virtual_stages": 1, "recompute": "full"}),  # holds all 16 micro-batches
+    (SINGLE, {"schedule": "interleaved-1f1b", "virtual_stages": 2, "recompute": "none"}),
+    (SINGLE, {"schedule": "interleaved-1f1b", "virtual_stages": 4, "recompute": "none"}),
+    (SMALL, {"schedule": "1f1b", "virtual_stages": 1, "recompute": "none"}),
+    (SMALL, {"schedule": "interleaved-1f1b", "virtual_stages": 2, "recompute": "none"}),
+]
+DEGREES = {SINGLE: {"tp": 8, "pp": 4, "dp": 64}, SMALL: {"tp": 8, "pp": 4, "dp": 4}}
+
+
+@pytest.mark.parametrize(("name", "fields"), EXACT_CASES, ids=lambda x: x if isinstance(x, str) else
+                         f"{x['schedule']}-v{x['virtual_stages']}")
+def test_exact_schedules_agree(compare: Callable[..., Compared], name: str, fields: dict) -> None:
+    """1F1B / GPipe / interleaved: same pipeline makespan; the step differs only by exposed DP sync."""
+    _, est, sim, workload = compare(name, micro_batch_size=1, **DEGREES[name], **fields)
+    est_pipe, sim_pipe = pipeline_times(est, sim, workload)
+    assert abs(rel(est_pipe, sim_pipe)) <= PIPELINE_TOL
+    for term in ("compute_s", "exposed_tp_s", "optimizer_s"):  # read from the same workload
+        assert est.breakdown[term] == pytest.approx(sim.breakdown[term], rel=1e-9, abs=1e-12), term
+    idle = [r.breakdown["bubble_s"] + r.breakdown["exposed_pp_s"] for r in (est, sim)]  # split differs slightly
+    assert idle[0] == pytest.approx(idle[1], abs=PIPELINE_TOL * sim_pipe)
+    assert abs(rel(est.step_time_s, sim.step_time_s)) <= STEP_TOL
+    if fields["virtual_stages"] == 1:  # what is left is the DP term, sandwiched as argued below
+        est_dp, sim_dp = est.breakdown["exposed_dp_s"], sim.breakdown["exposed_dp_s"]
+        assert est_dp <= sim_dp + PIPELINE_TOL * sim_pipe
+        assert sim_dp <= dp_without_bucketing(workload) + PIPELINE_TOL * sim_pipe
+
+
+@pytest.mark.parametrize("name", [SINGLE, SMALL, CAMPUS])
+def test_dp_exposure_agrees_when_stage_0_dominates(compare: Callable[..., Compared],
+                                                   instances: dict[str, Instance], name: str) -> None:
+    """v = 1: both models start a stage's gradient buckets DP_BACKWARD_OVERLAP_FRACTION of its last
+    backward before that backward ends; in 1F1B stage 0's last backward ends the pipeline, so when
+    stage 0's sync dominates, both expose sync_0 − overlap·B_0 (and less than without bucketing)."""
+    degrees = {SINGLE: (8, 4, 64), SMALL: (8, 4, 4), CAMPUS: (8, 4, 384)}[name]
+    tp, pp, dp = degrees
+    _, est, sim, workload = compare(name, tp=tp, pp=pp, dp=dp, micro_batch_size=1, schedule="1f1b")
+    for group in workload.groups:  # precondition: stage 0 dominates the exposure
+        drain = np.concatenate([[0.0], np.cumsum(group.bwd_s.sum(axis=1))[:-1]])
+        assert (workload.dp_sync_s.sum(axis=1) - drain).max() <= workload.dp_sync_s[0].sum() * (1 + 1e-9)
+    est_dp, sim_dp = est.breakdown["exposed_dp_s"], sim.breakdown["exposed_dp_s"]
+    assert sim_dp > 0
+    assert est_dp == pytest.approx(sim_dp, rel=0.02, abs=1e-4)
+    assert sim_dp < dp_without_bucketing(workload)
+
+
+# ------------------------------------------------------------------------------------------------
+# Direction of known differences
+# ------------------------------------------------------------------------------------------------
+
+
+def test_zb_h1_closed_form_below_fill_bound(compare: Callable[..., Compared]) -> None:
+    """ZB-H1: the closed form's bubble (p−1)/(3m) (the paper's formula at T_F = T_B = T_W) is below what
+    any schedule must pay, so the estimate is low.
+
+    First principles: the last stage cannot start before the first micro-batch's forward has passed
+    the p−1 stages in front of it, and then has busy_{p−1} of work: makespan ≥ Σ_{s<p−1} F_s +
+    busy_{p−1}. When the last stage is the busiest (LM head) this exceeds the closed form's
+    m·T_max + (Σ_s T_s − T_max)/3 + H as soon as F ≥ (F + B + W)/3 — checked on the workload below.
+    """
+    _, est, sim, w = compare(SINGLE, tp=8, pp=4, dp=64, micro_batch_size=1, schedule="zb-h1")
+    g = w.groups[0]
+    busy = (g.fwd_s + g.bwd_s).sum(axis=1) * w.num_microbatches
+    last = w.pp - 1
+    assert int(np.argmax(busy)) == last  # precondition: the LM-head stage is the busiest
+    fill_bound = float(g.fwd_s[:last].sum()) + float(busy[last])
+    est_pipe, sim_pipe = pipeline_times(est, sim, w)
+    assert fill_bound > est_pipe  # precondition of the argument (F ≥ mean op time on this model)
+    assert sim_pipe >= fill_bound * (1 - 1e-9)
+    assert est.breakdown["bubble_s"] < sim.breakdown["bubble_s"]
+    assert est.step_time_s < sim.step_time_s
+
+
+def test_interleaved_dp_sync_per_chunk_estimate_high(compare: Callable[..., Compared]) -> None:
+    """Interleaved v = 4 with a large cross-building DP sync: the estimate exposes more DP sync.
+
+    The closed form charges stage 0 Σ_c sync_c − 0.8·B_0 after its last backward. The simulator starts
+    chunk c's sync when chunk c's last backward ends; on stage 0 chunk c (≥ 1) finishes ≥ c·pp·b_min
+    earlier (the last micro-batch's backward must pass pp chunk positions per chunk). The serialised
+    syncs then end at most max_k(Σ_{c≤k} sync_c − k·pp·b_min) after the pipeline, which is below the
+    closed form whenever (v−1)·min_c sync_c ≥ 0.8·B_0 and (v−1)·pp·b_min ≥ 0.8·B_0 — checked below.
+    (The other stages end their chunks earlier still, by the drain; only the LM-head chunk has a larger
+    sync, and it is the first chunk ready.)
+    """
+    plan, est, sim, w = compare(CAMPUS, tp=8, pp=4, dp=384, micro_batch_size=1, schedule="interleaved-1f1b",
+                                virtual_stages=4)
+    assert plan.placement is not None and plan.placement.cross_building is CrossBuilding.DP
+    v, pp = w.virtual_stages, w.pp
+    g = w.groups[0]
+    b_stage0 = float(g.bwd_s[0].sum())
+    b_min = float(g.bwd_s.min())  # interleaved does not split the backward
+    assert (v - 1) * float(w.dp_sync_s[0].min()) >= co.DP_BACKWARD_OVERLAP_FRACTION * b_stage0
+    assert (v - 1) * pp * b_min >= co.DP_BACKWARD_OVERLAP_FRACTION * b_stage0
+    est_pipe, sim_pipe = pipeline_times(est, sim, w)
+    assert abs(rel(est_pipe, sim_pipe)) <= PIPELINE_TOL  # the pipeline itself still agrees
+    assert est.breakdown["exposed_dp_s"] > sim.breakdown["exposed_dp_s"]
+    assert est.step_time_s > sim.step_time_s
+
+
+def test_pp_across_long_latency_estimate_low(compare: Callable[..., Compared], instances: dict[str, Instance]) -> None:
+    """1F1B with the pipeline split over a 30 ms link (tuned network: transfers are short, latency dominates).
+
+    First principles: on the last stage before the boundary (c−1), 1F1B runs B(i), then F(i+w+1)
+    (w = p−c warm-up), whose activation must cross, go through the stages behind the boundary, and
+    whose gradient must cross back before B(i+w+1): every w+1 micro-batches one dependency chain crosses
+    the boundary twice, ≥ 2⌊m/(w+1)⌋ crossings over the step. The closed form counts one forward and
+    one backward traversal (2 crossings). With m = 6, p = 4, c = 2 that is ≥ 4 against 2, and each
+    crossing (30 ms) is a large fraction of the work between two crossings, so the extra ones show.
+    """
+    instance = instances[REGION]
+    cross = DEFAULT_NETWORK.cross_building.model_copy(update={
+        "congestion_control": CongestionControl.RECEIVER_DRIVEN, "loss_recovery": LossRecovery.SELECTIVE_REPEAT,
+        "qps_per_connection": 16, "window_kib_per_qp": 65536,
+    })
+    base = Plan(tp=8, pp=4, dp=256, micro_batch_size=1, schedule="1f1b",
+                network=DEFAULT_NETWORK.model_copy(update={"cross_building": cross}))
+    _, est, sim, w = compare(REGION, base.model_copy(update={"placement": pp_across(instance, base)}))
+    link = w.link(*(b.name for b in instance.cluster.buildings))
+    transfer = w.p2p_bytes / link.bandwidth_bytes_per_s
+    assert link.latency_s > 10 * transfer  # precondition: latency-dominated crossings
+    assert w.num_microbatches >= 2 * (w.pp - w.pp // 2 + 1)  # ≥ 4 crossings on one chain
+    assert not any(sim.details["link_contention"].values())  # type: ignore[union-attr]
+    assert est.breakdown["exposed_pp_s"] < sim.breakdown["exposed_pp_s"]
+    assert est.step_time_s < sim.step_time_s
