@@ -6,8 +6,11 @@ stdout (``--json``); messages and progress go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -53,20 +56,89 @@ def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
     click.echo(json.dumps(payload, indent=2, sort_keys=False) if as_json else text)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# ----------------------------------------------------------------------------- output files
+
+def _writable_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """Reject an output path that cannot be written before any work is done (usage error, exit 2)."""
+    if value is None:
+        return None
+    parent = value.parent
+    if value.is_dir():
+        raise click.BadParameter(f"'{value}' is a directory; give a file name", ctx, param)
+    if not parent.is_dir():
+        raise click.BadParameter(f"directory '{parent}' does not exist", ctx, param)
+    if not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"directory '{parent}' is not writable", ctx, param)
+    return value
+
+
+def _temp_path(path: Path) -> Path:
+    """A temporary file next to ``path`` (same file system, so the final rename is atomic)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _cannot_write(path: Path, err: OSError) -> None:
+    _fail([f"{path}: cannot write: {err.strerror or err}"], EXIT_INVALID)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file; on failure nothing (not even the temporary) remains."""
+    tmp = _temp_path(path)
+    try:
+        with tmp.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+        tmp.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        _cannot_write(path, err)
+
+
+def _distinct_outputs(output: tuple[str, Path | None], *inputs: Path) -> None:
+    """Refuse to overwrite an input file with an output (e.g. ``--out`` naming the instance)."""
+    option, path = output
+    if path is None:
+        return
+    for other in inputs:
+        with contextlib.suppress(OSError):
+            if path.exists() and other.exists() and path.samefile(other):
+                raise click.BadParameter(f"'{path}' is also an input file; refusing to overwrite it",
+                                         param_hint=f"'{option}'")
+
+
+def _finite_time_limit(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if math.isnan(value):
+        raise click.BadParameter("must be a number of seconds, not nan", ctx, param)
+    return value
+
+
+_EPILOG = "Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error."
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EPILOG)
 @click.version_option(__version__, prog_name="scaleacross-opt")
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 def main(debug: bool) -> None:
     """Plan LLM training across data-center buildings: placement × schedule × network."""
 
 
-def _document_kind(data: Any) -> str:
-    if isinstance(data, dict) and {"name", "description", "cluster", "job", "search"} & set(data) \
-            and "hidden_size" not in data:
+def _document_kind(data: Any) -> str | None:
+    """"instance", "model" or "plan" by the top-level keys that only that kind has; None if no key fits."""
+    from .spec import Instance, ModelSpec, Plan
+
+    if not isinstance(data, dict):
+        return "plan"  # the plan loader reports "expected a mapping at the top level"
+    fields = {"instance": set(Instance.model_fields), "model": set(ModelSpec.model_fields),
+              "plan": set(Plan.model_fields) | {"plan"}}  # a `solve --json` result holds its plan under "plan"
+    keys = set(data)
+    scores = {kind: len(keys & (own - set().union(*(f for k, f in fields.items() if k != kind))))
+              for kind, own in fields.items()}
+    best = max(scores, key=lambda kind: scores[kind])
+    if scores[best]:
+        return best
+    if keys & fields["instance"]:  # only shared keys such as `name`: report what an instance lacks
         return "instance"
-    if isinstance(data, dict) and "hidden_size" in data:
-        return "model"
-    return "plan"
+    return None
 
 
 @main.command()
@@ -82,14 +154,23 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
     issues: list[InputIssue] = []
     for path in files:
         try:
-            kind = _document_kind(read_document(path))
+            data = read_document(path)
+            kind = _document_kind(data)
+            if kind is None:
+                names = [str(key) for key in data]
+                keys = ", ".join(names[:6]) + (f", … ({len(names)} keys)" if len(names) > 6 else "") or "none"
+                raise InputError([InputIssue(str(path), "", (
+                    f"not an instance, model or plan file (top-level keys: {keys}); an instance has "
+                    "cluster and job, a model has layers and hidden_size, a plan has tp, pp and dp"))])
             if kind == "instance":
                 load_instance(path)
             elif kind == "model":
                 load_model(path)
             else:
                 load_plan(path, instance)
-            click.echo(f"{path}: ok ({kind})")
+            unchecked = kind == "plan" and instance is None
+            click.echo(f"{path}: ok ({kind}" + (", schema only: add --instance to check it against an instance)"
+                                                  if unchecked else ")"))
         except InputError as err:
             issues += err.issues
     if issues:
@@ -105,6 +186,11 @@ def schema(kind: str) -> None:
     click.echo(json.dumps(json_schema(kind), indent=2))
 
 
+def _report_json(report: Any, plan: Any) -> dict[str, Any]:
+    """The report plus the plan as evaluated (defaults filled in; the output is itself a valid --plan)."""
+    return {**report.to_json(), "plan": plan.model_dump(mode="json")}
+
+
 def _load_instance_and_plan(instance_path: Path, plan_path: Path) -> tuple[Any, Any]:
     from .io import load_instance, load_plan
 
@@ -112,15 +198,43 @@ def _load_instance_and_plan(instance_path: Path, plan_path: Path) -> tuple[Any, 
     return instance, load_plan(plan_path, instance)
 
 
-def _report_text(report: Any) -> str:
-    lines = [
+def _plan_lines(plan: Any) -> list[str]:
+    """The plan as evaluated (defaults filled in), so a hand-written plan shows what was assumed."""
+    lines = [f"plan           tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
+             f"v={plan.virtual_stages} mbs={plan.micro_batch_size} schedule={plan.schedule} "
+             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage}"]
+    if plan.placement is not None:
+        mode = plan.placement.cross_building.value
+
+        def share(s: Any) -> str:
+            return (f"{s.building} {s.dp_replicas} replica{'s' * (s.dp_replicas != 1)} × "
+                    f"{s.pp_stages} stage{'s' * (s.pp_stages != 1)}"
+                    + (f" (group {s.group})" if mode == "pp+dp" else ""))
+
+        lines.append(f"placement      {'one building' if mode == 'none' else mode + ' across buildings'}: "
+                     + ", ".join(share(s) for s in plan.placement.buildings))
+    if plan.network is not None:
+        classes = [("network        intra", plan.network.intra_building)]
+        if plan.placement is None or plan.placement.cross_building.value != "none":
+            classes.append(("               cross", plan.network.cross_building))
+        for label, cfg in classes:
+            lines.append(f"{label}: {cfg.collective_algorithm.value}, {cfg.load_balancing.value}, "
+                         f"{cfg.congestion_control.value}, {cfg.loss_recovery.value}, "
+                         f"{cfg.qps_per_connection} QP{'s' * (cfg.qps_per_connection != 1)} × "
+                         f"{cfg.window_kib_per_qp} KiB")
+    return lines
+
+
+def _report_text(report: Any, plan: Any = None) -> str:
+    lines = _plan_lines(plan) if plan is not None else []
+    lines += [
         f"step time      {report.step_time_s:.4f} s" + ("  (simulated)" if report.simulated else "  (estimate)"),
         f"MFU            {report.mfu * 100:.1f} %",
         f"tokens/s       {report.tokens_per_s:,.0f}",
         f"memory/GPU     {report.memory_gib_per_gpu:.1f} GiB" + ("" if report.fits_memory else "  DOES NOT FIT"),
         "breakdown:",
     ]
-    lines += [f"  {key:<14} {value:.4f} s" for key, value in report.breakdown.items()]
+    lines += [f"  {key.removesuffix('_s'):<13}{value:>9.4f} s" for key, value in report.breakdown.items()]
     return "\n".join(lines)
 
 
@@ -141,23 +255,37 @@ def estimate(instance_path: Path, plan_path: Path, as_json: bool) -> None:
 
     instance, plan = _load_instance_and_plan(instance_path, plan_path)
     report = estimate_step(instance, plan)
-    _emit(report.to_json(), as_json, _report_text(report))
+    _emit(_report_json(report, plan), as_json, _report_text(report, plan))
 
 
 @main.command()
 @_instance_arg
 @_plan_opt
 @_json_opt
-@click.option("--trace", "trace_path", type=click.Path(path_type=Path),
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write a Chrome-trace / Perfetto timeline here.")
 @handle_errors
 def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Path | None) -> None:
     """Discrete-event simulation of one step of PLAN on INSTANCE."""
     from .simulator import simulate as simulate_step
 
+    _distinct_outputs(("--trace", trace_path), instance_path, plan_path)
     instance, plan = _load_instance_and_plan(instance_path, plan_path)
-    report = simulate_step(instance, plan, trace_path=trace_path)
-    _emit(report.to_json(), as_json, _report_text(report))
+    if trace_path is None:
+        report = simulate_step(instance, plan)
+    else:  # the simulator writes a temporary file that is renamed once complete
+        tmp = _temp_path(trace_path)
+        try:
+            report = simulate_step(instance, plan, trace_path=tmp)
+            tmp.replace(trace_path)
+        except OSError as err:
+            if err.filename not in (str(tmp), str(trace_path)):
+                raise
+            _cannot_write(trace_path, err)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    _emit(_report_json(report, plan), as_json, _report_text(report, plan))
     if trace_path:
         click.echo(f"trace written to {trace_path}", err=True)
 
@@ -165,26 +293,30 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 @main.command()
 @_instance_arg
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="Wall-clock budget in seconds.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same plan).")
+              callback=_finite_time_limit, help="Wall-clock budget in seconds.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="Random seed (same seed, same plan).")
 @click.option("--top-k", type=click.IntRange(min=1), default=8, show_default=True,
               help="Candidates simulated per refinement round.")
 @_json_opt
-@click.option("--out", "out_path", type=click.Path(path_type=Path), help="Write the plan here (feeds simulate --plan).")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), callback=_writable_path,
+              help="Write the plan here (feeds simulate --plan).")
 @handle_errors
 def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_json: bool,
           out_path: Path | None) -> None:
     """Find the plan with the shortest simulated step for INSTANCE."""
-    from .io import load_instance, write_atomic
+    from .io import load_instance
     from .optimizer import solve as solve_instance
     from .optimizer.summary import summary_text
 
+    _distinct_outputs(("--out", out_path), instance_path)
     instance = load_instance(instance_path)
     result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
                             progress=lambda msg: click.echo(msg, err=True))
+    _emit(result.to_json(), as_json, summary_text(instance, result))  # printed first: a failed write loses nothing
     if out_path:
-        write_atomic(out_path, json.dumps(result.plan.model_dump(mode="json"), indent=2) + "\n")
-    _emit(result.to_json(), as_json, summary_text(instance, result))
+        _write_atomic(out_path, json.dumps(result.plan.model_dump(mode="json"), indent=2) + "\n")
+        click.echo(f"plan written to {out_path}", err=True)
 
 
 @main.command()

@@ -6,6 +6,7 @@ independent validator (``validation.plan_checks.validate_plan``) and was simulat
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..cost.report import StepReport
@@ -38,8 +39,10 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     the same plan unless the time limit cuts the search short. Raises ``InfeasibleError`` with the
     reason when no plan fits.
     """
+    from ..baselines.production import production_plans
     from ..cost.step import estimate
 
+    deadline = time.perf_counter() + time_limit_s
     space = design_space(instance)
     reason = space.empty_reason(instance)
     if reason:
@@ -52,13 +55,16 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
         progress(f"CP-SAT model: {len(proto.variables)} variables, {len(proto.constraints)} constraints; "
                  f"{len(space.shapes)} shard shapes, {len(space.intra_network)} intra / "
                  f"{len(space.cross_network)} cross network options after dominance pruning")
-    best, stats = refine(pv, evaluate, time_limit_s=time_limit_s, seed=seed, top_k=top_k, progress=progress)
+    start_plans = production_plans(instance, space)
+    best, stats = refine(pv, evaluate, deadline=deadline, seed=seed, top_k=top_k, start_plans=start_plans,
+                         progress=progress)
     if best is None or best.report is None:
         if stats.status == "time_limit":
             raise InfeasibleError(f"no feasible plan found within the time limit of {time_limit_s:g} s")
         raise InfeasibleError(infeasibility_reason(instance, space))
     problems = validate_plan(best.plan, instance)
     assert not problems, f"validator rejected the returned plan: {problems}"
+    stats.wall_s = time.perf_counter() - deadline + time_limit_s
     return SolveResult(plan=best.plan, report=best.report,
                        estimate_step_time_s=estimate(instance, best.plan).step_time_s,
                        cpsat_bound_s=best.bound_s, stats=stats)

@@ -28,7 +28,8 @@ class Coefficients:
     layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
-    unsharded_kib_per_layer: dict[tuple[Shape, int], float]  # state not sharded over DP, per layer
+    kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
+    unsharded_bytes_per_param: dict[int, int]  # per ZeRO stage: bytes/param each GPU keeps whole
     sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
     capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
@@ -141,7 +142,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     cross_algorithms, cross_transports = (split_network_options(space.cross_network) if space.cross_network
                                           else ([], []))
     kinds = _kinds(model)
-    layer_us, head_us, act, unsharded, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}
+    layer_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
@@ -153,8 +154,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
                                                     shape.cp, shape.recompute) for k in kinds) / KIB
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
-        for zero in space.zero_stages:
-            unsharded[(shape, zero)] = per_gpu * _unsharded_bytes(zero) / KIB
+        kiloparams[shape] = int(per_gpu / 1000)
         # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it.
         grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
@@ -183,7 +183,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     optimizer_us = {b.name: full_params * co.ADAM_BYTES_PER_PARAM / n
                     / (b.gpu_spec.hbm_bandwidth_gb_per_s * 1e9 * co.HBM_EFFICIENCY) * 1e6 for b in buildings}
     return Coefficients(
-        layer_us=layer_us, head_us=head_us, act_kib_per_layer=act, unsharded_kib_per_layer=unsharded,
+        layer_us=layer_us, head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
+        unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
@@ -207,7 +208,7 @@ def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transpor
     return bandwidth, latency
 
 
-def _unsharded_bytes(zero: int) -> float:
+def _unsharded_bytes(zero: int) -> int:
     """Bytes per parameter each GPU keeps whole under ZeRO stage ``zero`` (the rest is split over DP)."""
     return ((co.WEIGHT_BYTES if zero < 3 else 0) + (co.GRAD_BYTES if zero < 2 else 0)
             + (co.OPTIMIZER_BYTES if zero < 1 else 0))

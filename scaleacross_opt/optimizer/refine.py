@@ -5,9 +5,8 @@ Each round:
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
    is no better than the best simulated plan, that plan is optimal for the simulator.
-3. *Candidates*: in a copy of the model restricted to step ≤ V·(1 + ``NEAR_OPTIMAL``), a single-worker
-   search with the seed finds up to ``top_k`` distinct plans one after another (no-good cuts between
-   them). Single worker + seed makes the choice among equally good plans deterministic.
+3. *Candidates*: the ``top_k`` best distinct plans among the solve's improving solutions (its optimum
+   first). When the search converges the answer does not depend on which ties a round met first.
 4. *Feed back*: every candidate is checked by the independent validator and simulated, and cut off
    in the model with a no-good, so the next round's V bounds only unexamined plans.
 """
@@ -23,13 +22,14 @@ from ortools.sat.python import cp_model
 from ..cost.report import StepReport
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
-from .cpsat.extract import Values, add_nogood, extract_plan, identity_vars
+from .cpsat.extract import Values, add_nogood, extract_plan, identity_vars, plan_assignment
 from .cpsat.variables import PlanVars
 from .result import SolveStats
 
 US = 1e-6
-NEAR_OPTIMAL = 0.02  # candidates come from within 2 % of the round's bound
 WORKERS = 8  # CP-SAT portfolio size (the optimum value does not depend on it)
+ROUND_SHARE = 3  # a round's solve may use 1/3 of the time left …
+ROUND_MIN_S = 2.0  # … but at least this long
 
 
 @dataclass
@@ -74,42 +74,62 @@ class _Improving(cp_model.CpSolverSolutionCallback):
         self.found.append((int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys}))
 
 
-def _near_optimal(found: list[tuple[int, dict[int, int]]], limit_us: int, top_k: int) -> list[dict[int, int]]:
-    """Distinct assignments with objective ≤ limit, best first (ties in a canonical order), at most top_k."""
+def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[dict[int, int]]:
+    """The top_k distinct assignments by objective, best first (ties in a canonical order)."""
     unique: dict[tuple, tuple[int, dict[int, int]]] = {}
     for objective, assignment in found:
         key = tuple(sorted(assignment.items()))
-        if objective <= limit_us and (key not in unique or objective < unique[key][0]):
+        if key not in unique or objective < unique[key][0]:
             unique[key] = (objective, assignment)
     ranked = sorted(unique.items(), key=lambda item: (item[1][0], item[0]))
     return [assignment for _, (_, assignment) in ranked[:top_k]]
 
 
-def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int) -> int:
+def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None) -> int:
     """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised."""
     model = pv.model.clone()
     for index, value in assignment.items():
         var = model.get_int_var_from_proto_index(index)
         model.Add(var == value)
-    solver = _solver(seed, 1, 10.0)
+    budget = 10.0 if deadline is None else min(10.0, max(0.05, deadline - time.perf_counter()))
+    solver = _solver(seed, 1, budget)
     status = solver.Solve(model)
     return int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else int(solver.BestObjectiveBound())
 
 
-def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, time_limit_s: float, seed: int,
-           top_k: int, progress: Callable[[str], None] | None = None) -> tuple[Candidate | None, SolveStats]:
-    """Run the loop; returns the best simulated candidate (None if no valid plan exists) and stats."""
+def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
+           top_k: int, start_plans: list[Plan] = (), progress: Callable[[str], None] | None = None
+           ) -> tuple[Candidate | None, SolveStats]:
+    """Run the loop until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
+    candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
+    first, so the result is never worse than they are."""
     start = time.perf_counter()
     stats = SolveStats(status="exhausted")
     best: Candidate | None = None
+    hint: dict[int, int] | None = None
     ratios: list[float] = []
+    for plan in start_plans:
+        assignment = plan_assignment(pv, plan)
+        bound = plan_bound_us(pv, assignment, seed, deadline) * US if assignment is not None else 0.0
+        report = simulate(pv.instance, plan)
+        stats.candidates_simulated += 1
+        if assignment is not None:
+            add_nogood(pv.model, assignment)
+        if best is None or report.step_time_s < best.report.step_time_s:
+            best, hint = Candidate(plan, bound, report), assignment
+        if progress:
+            progress(f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: simulated {report.step_time_s:.4f} s")
     while True:
-        remaining = time_limit_s - (time.perf_counter() - start)
+        remaining = deadline - time.perf_counter()
         if remaining <= 0:
             stats.status = "time_limit"
             break
         t0 = time.perf_counter()
-        solver = _solver(seed, WORKERS, remaining)
+        pv.model.ClearHints()
+        for index, value in sorted((hint or {}).items()):
+            pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
+        # A round gets a share of the time left, so a slow proof still leaves rounds for simulation.
+        solver = _solver(seed, WORKERS, min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE)))
         recorder = _Improving(identity_vars(pv))
         status = solver.Solve(pv.model, recorder)
         stats.rounds += 1
@@ -121,13 +141,13 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
         optimum_us = int(solver.ObjectiveValue())
         bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
         correction = 1 + max(0.0, stats.bound_error)
-        stats.lower_bound_s = bound_s / correction
+        stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
         if best is not None and bound_s / correction >= best.report.step_time_s * (1 - 1e-9):
             stats.cpsat_wall_s += time.perf_counter() - t0
             stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
             break
-        found = _near_optimal(recorder.found, int(optimum_us * (1 + NEAR_OPTIMAL)), top_k)
-        bounds = [plan_bound_us(pv, assignment, seed) * US for assignment in found]
+        found = _best_distinct(recorder.found, top_k)
+        bounds = [plan_bound_us(pv, assignment, seed, deadline) * US for assignment in found]
         stats.cpsat_wall_s += time.perf_counter() - t0
         for assignment, plan_bound in zip(found, bounds, strict=True):
             add_nogood(pv.model, assignment)
@@ -145,8 +165,8 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, ti
             stats.bound_error = max(stats.bound_error, ratio - 1)
             if best is None or (report.step_time_s, plan.model_dump_json()) < (
                     best.report.step_time_s, best.plan.model_dump_json()):
-                best = Candidate(plan, plan_bound, report)
-            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
+                best, hint = Candidate(plan, plan_bound, report), assignment
+            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s, "plan": plan.model_dump_json()})
             if progress:
                 progress(f"round {stats.rounds}: bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
                          f"best {best.report.step_time_s:.4f} s")

@@ -1,7 +1,7 @@
 """Memory capacity per building: static state + activations in flight ≤ usable HBM.
 
-static = layers·U[shape, zero] (weights/grads/optimizer not sharded over DP)
-       + layers·pp·S[zero]     (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
+static = layers·params(shape)·bytes(zero)  (weights/grads/optimizer not sharded over DP)
+       + layers·pp·S[zero]                  (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
 activations = in_flight(schedule, pp, m) · layers · A[shape].
 Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
 independent validator checks every returned plan with the exact memory model and the refinement
@@ -19,23 +19,44 @@ from .variables import PlanVars
 
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: tuple[cp_model.IntVar, int],
                            layers_pp: list[cp_model.IntVar]) -> None:
-    """Post per-building memory constraints (KiB)."""
+    """Post per-building memory constraints (KiB): one product per factor, not one constraint per
+    (shape, ZeRO stage) pair."""
     model = pv.model
     in_flight, in_flight_max = in_flight
     layers = pv.instance.job.model_spec.layers
+    max_pp = max(pv.space.pp)
+    act_weights = [int(coeffs.act_kib_per_layer[shape]) for shape in pv.shape.values]
+    act_per_layer = model.NewIntVar(0, max(act_weights), "act_kib_per_layer")
+    model.Add(act_per_layer == pv.shape.linear(act_weights))
+    param_weights = [coeffs.kiloparams_per_layer[shape] for shape in pv.shape.values]
+    kiloparams = model.NewIntVar(0, max(param_weights), "kiloparams_per_layer")
+    model.Add(kiloparams == pv.shape.linear(param_weights))
+    whole_bytes = [coeffs.unsharded_bytes_per_param[zero] for zero in pv.zero.values]
+    bytes_per_param = model.NewIntVar(0, max(whole_bytes), "unsharded_bytes_per_param")
+    model.Add(bytes_per_param == pv.zero.linear(whole_bytes))
+    shard_weights = [int(KIB_FRACTION * coeffs.sharded_kib_per_layer_pp[zero]) for zero in pv.zero.values]
+    sharded_per = model.NewIntVar(0, max(shard_weights), "sharded_kib_per_layer_pp_x1024")
+    model.Add(sharded_per == pv.zero.linear(shard_weights))
     for b, building in enumerate(pv.instance.cluster.buildings):
-        capacity = coeffs.capacity_kib[building.name]
-        cap = max(capacity, 0)
-        held = model.NewIntVar(0, in_flight_max * layers, f"inflight*layers[{building.name}]")
-        model.AddMultiplicationEquality(held, [in_flight, pv.layers[b]])
-        static = model.NewIntVar(0, 1 << 50, f"static_kib[{building.name}]")
-        activations = model.NewIntVar(0, 1 << 50, f"act_kib[{building.name}]")
-        for shape, shape_lit in zip(pv.shape.values, pv.shape.lits, strict=True):
-            act = coeffs.act_kib_per_layer[shape]
-            model.Add(IN_FLIGHT_SCALE * activations >= int(act) * held).OnlyEnforceIf(shape_lit)
-            for zero, zero_lit in zip(pv.zero.values, pv.zero.lits, strict=True):
-                unsharded = int(coeffs.unsharded_kib_per_layer[(shape, zero)])
-                sharded = coeffs.sharded_kib_per_layer_pp[zero]
-                model.Add(1024 * static >= 1024 * unsharded * pv.layers[b] + int(1024 * sharded) * layers_pp[b]
-                          ).OnlyEnforceIf([shape_lit, zero_lit])
-        model.Add(static + activations <= cap).OnlyEnforceIf(pv.used[b])
+        name = building.name
+        held = _product(model, f"inflight*layers[{name}]", in_flight, pv.layers[b], in_flight_max * layers)
+        activations = _product(model, f"act_kib_x100[{name}]", held, act_per_layer,
+                               in_flight_max * layers * max(act_weights))
+        params = _product(model, f"kiloparams[{name}]", pv.layers[b], kiloparams, layers * max(param_weights))
+        whole = _product(model, f"whole_state_kilobytes[{name}]", params, bytes_per_param,
+                         layers * max(param_weights) * max(whole_bytes))
+        sharded = _product(model, f"sharded_kib_x1024[{name}]", layers_pp[b], sharded_per,
+                           max_pp * layers * max(shard_weights))
+        # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity
+        total = 1024 * activations + 100 * 1000 * whole + 100 * sharded
+        model.Add(total <= 1024 * IN_FLIGHT_SCALE * coeffs.capacity_kib[name]).OnlyEnforceIf(pv.used[b])
+
+
+KIB_FRACTION = 1024  # the DP-sharded state is tabulated in 1/1024 KiB: it can be tiny per layer at scale
+
+
+def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int
+             ) -> cp_model.IntVar:
+    out = model.NewIntVar(0, max(upper, 0), name)
+    model.AddMultiplicationEquality(out, [a, b])
+    return out

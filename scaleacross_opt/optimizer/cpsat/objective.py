@@ -9,8 +9,9 @@ pipeline ≥ m·t_max + bubble + hops, with
   hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across): the first micro-batch's forward and
   the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
-DP sync: intra ≥ grad bytes/GPU · cost per byte (d_b ≥ 2); cross (dp across) ≥ whole-gradient bytes ·
-cost per byte + latency steps (ring 2(dp−1), tree/pat 2⌈log2 dp⌉, hierarchical 2(#buildings−1));
+DP sync (a reduce-scatter of fp32 gradients): intra ≥ the first stage's bytes per GPU · cost per byte;
+cross (dp across) ≥ whole-gradient bytes · cost per byte + latency steps (ring dp−1, tree/pat
+⌈log2 dp⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
 overlap with that chunk's last backward.
 step ≥ pipeline + exposed DP + optimizer.
@@ -195,6 +196,7 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     buildings = pv.instance.cluster.buildings
     dp_total = _new(model, "dp_total_us")
     intra = _new(model, "dp_intra_us")
+    intra_latency = _new(model, "dp_intra_latency_us")
     grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
     per_layer = _new(model, "grad_kib_per_layer", max(grad_weights))
     model.Add(per_layer == pv.shape.linear(grad_weights))
@@ -221,6 +223,13 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     model.AddBoolAnd(several).OnlyEnforceIf(all_several)
     model.AddBoolOr([lit.Not() for lit in several]).OnlyEnforceIf(all_several.Not())
     whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.DP]
+    # Latency steps of the reduce-scatter inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉.
+    for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
+        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+            steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else math.ceil(math.log2(max(d, 2)))
+            for mode_lit in whole_group:
+                model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf([alg_lit, d_lit, mode_lit,
+                                                                                      all_several])
     for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
         base = int(SCALE * coeffs.intra_us_per_mib[transport])
         model.Add(1024 * SCALE * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])
@@ -229,25 +238,26 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
             for mode_lit in whole_group:
                 model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
                                                                                      mode_lit])
-    model.Add(dp_total >= intra)
+    model.Add(dp_total >= intra + intra_latency)
     if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
         return dp_total
     dp_mode = pv.mode.lit(CrossBuilding.DP)
     cross = _new(model, "dp_cross_us")
+    # Reduce-scatter of the fp32 gradients over the dp·cp ranks (ZeRO-1/2 gather the weights during the
+    # next forward): ring volume 2(n−1)/n × its n = 2 coefficient; (n−1) latency steps for a flat ring,
+    # ⌈log2 n⌉ for tree / PAT, (#buildings − 1) for the hierarchical outer ring.
     for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        volume = int(coeffs.model_grad_mib * coeffs.cross_us_per_mib[transport])
+        base = coeffs.model_grad_mib * coeffs.cross_us_per_mib[transport]
         hop = coeffs.cross_hop_us[transport]
         for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             steps = coeffs.cross_algorithm_steps[algorithm]
             when = [dp_mode, lit, alg_lit]
-            if steps == "linear":
-                model.Add(cross >= volume + 2 * hop * (pv.dp_var - 1)).OnlyEnforceIf(when)
-            elif steps == "buildings":
-                model.Add(cross >= volume + 2 * hop * (sum(pv.used) - 1)).OnlyEnforceIf(when)
-            else:
-                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
-                    latency = 2 * hop * math.ceil(math.log2(max(d, 2)))
-                    model.Add(cross >= volume + latency).OnlyEnforceIf([*when, d_lit])
+            if steps == "buildings":
+                model.Add(cross >= int(base) + hop * (sum(pv.used) - 1)).OnlyEnforceIf(when)
+                continue
+            for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
+                model.Add(cross >= int(base * ring_factor(d)) + latency).OnlyEnforceIf([*when, d_lit])
     model.Add(dp_total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:

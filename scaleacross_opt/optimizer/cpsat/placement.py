@@ -97,6 +97,36 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is not CrossBuilding.PP:
             model.Add(even_slots - even + pv.head_layers >= total_layers).OnlyEnforceIf(lit)
+    _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     return {"layer_slots": layer_slots, "layers_pp": layers_pp}
+
+
+def interchangeable(instance, a: int, b: int) -> bool:  # noqa: ANN001
+    """Buildings a and b have the same GPUs, size and fabric, and the same routes to every other
+    building (so swapping their shares of the grid changes no cost)."""
+    buildings = instance.cluster.buildings
+    x, y = buildings[a], buildings[b]
+    if (x.gpu_spec, x.num_gpus, x.gpus_per_node, x.fabric_oversubscription, x.fabric_latency_us) != (
+            y.gpu_spec, y.num_gpus, y.gpus_per_node, y.fabric_oversubscription, y.fabric_latency_us):
+        return False
+    cluster = instance.cluster
+
+    def key(u: str, v: str) -> tuple[float, float, float]:
+        route = cluster.route(u, v)
+        return route.bandwidth_gbps, route.latency_us, route.loss_rate
+
+    return all(key(x.name, c.name) == key(y.name, c.name) for i, c in enumerate(buildings) if i not in (a, b))
+
+
+def _break_symmetry(pv: PlanVars) -> None:
+    """Among consecutive interchangeable buildings, the earlier holds at least as many replicas (whole
+    pipelines per building) or stages (pp across)."""
+    modes = pv.mode
+    for b in range(len(pv.buildings) - 1):
+        if not interchangeable(pv.instance, b, b + 1):
+            continue
+        for mode, lit in zip(modes.values, modes.lits, strict=True):
+            counts = pv.stages if mode is CrossBuilding.PP else pv.replicas
+            pv.model.Add(counts[b] >= counts[b + 1]).OnlyEnforceIf(lit)

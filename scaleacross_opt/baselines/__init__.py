@@ -1,0 +1,1 @@
+"""Heuristic plans users compare against (and the optimizer starts from)."""

@@ -1,0 +1,205 @@
+"""The CLI commands end to end on the small instance: output files, machine output, usage errors.
+
+Solves use a short ``--time-limit``; estimate / simulate use a hand-written plan so they do not
+depend on the solver.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scaleacross_opt import cli
+
+SMALL = "small-two-buildings-llama3-8b.yaml"
+BARE_PLAN = {"tp": 2, "pp": 1, "dp": 64, "micro_batch_size": 2, "schedule": "1f1b"}
+
+
+@pytest.fixture
+def small(instances_dir: Path) -> Path:
+    return instances_dir / SMALL
+
+
+@pytest.fixture
+def bare_plan(tmp_path: Path) -> Path:
+    """A hand-written YAML plan for the small instance with placement and network omitted."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(BARE_PLAN), encoding="utf-8")
+    return path
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
+
+
+# ----------------------------------------------------------------------------- estimate / simulate
+
+@pytest.mark.parametrize("command", ["estimate", "simulate"])
+def test_text_report_shows_plan_and_units(command: str, run_cli, small: Path, bare_plan: Path) -> None:
+    result = run_cli([command, small, "--plan", bare_plan])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("plan           tp=2 cp=1 pp=1 dp=64")
+    assert "placement      dp across buildings: bldg-a 32 replicas × 1 stage," in out  # the default filled in
+    assert "network        intra:" in out and "cross:" in out
+    assert "_s " not in out, "breakdown labels carry the unit once, as ' s'"
+    assert "\n  compute " in out and "\n  exposed_dp " in out
+    assert "Traceback" not in out + result.stderr
+
+
+@pytest.mark.parametrize("command", ["estimate", "simulate"])
+def test_json_report_round_trips_as_a_plan(command: str, run_cli, small: Path, bare_plan: Path,
+                                           tmp_path: Path) -> None:
+    result = run_cli([command, small, "--plan", bare_plan, "--json"])
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["plan"]["placement"]["cross_building"] == "dp"
+    assert payload["plan"]["network"] is not None
+    assert 0 < payload["mfu"] <= 1 and payload["step_time_s"] > 0
+    replay = tmp_path / "report.json"
+    replay.write_text(result.stdout, encoding="utf-8")
+    again = run_cli([command, small, "--plan", replay, "--json"])
+    assert again.exit_code == 0, again.stderr
+    assert json.loads(again.stdout)["step_time_s"] == payload["step_time_s"]
+
+
+def test_simulate_trace_is_chrome_trace(run_cli, small: Path, bare_plan: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "out" / "t.json"
+    trace.parent.mkdir()
+    result = run_cli(["simulate", small, "--plan", bare_plan, "--json", "--trace", trace])
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)  # stdout holds only the JSON report
+    assert f"trace written to {trace}" in result.stderr
+    events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    assert {e["name"] for e in events if e["ph"] == "M"} >= {"process_name", "thread_name"}
+    assert leftovers(trace.parent) == []
+
+
+def test_trace_write_failure_leaves_nothing(run_cli, small: Path, bare_plan: Path, tmp_path: Path,
+                                            monkeypatch) -> None:
+    def disk_full(instance: object, plan: object, trace_path: Path | None = None) -> None:
+        assert trace_path is not None
+        trace_path.write_text('{"traceEvents": [', encoding="utf-8")  # half a file, then the disk fills
+        raise OSError(28, "No space left on device", str(trace_path))
+
+    monkeypatch.setattr("scaleacross_opt.simulator.simulate", disk_full)
+    trace = tmp_path / "t.json"
+    result = run_cli(["simulate", small, "--plan", bare_plan, "--trace", trace])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"{trace}: cannot write: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
+
+
+def test_write_atomic_failure_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
+    def fail(self: Path, target: Path) -> None:
+        raise OSError(5, "Input/output error", str(target))
+
+    monkeypatch.setattr(Path, "replace", fail)
+    with pytest.raises(SystemExit) as exit_info:
+        cli._write_atomic(tmp_path / "plan.json", "{}\n")
+    assert exit_info.value.code == cli.EXIT_INVALID
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_for_another_instance_is_an_input_error(run_cli, instances_dir: Path, bare_plan: Path) -> None:
+    result = run_cli(["estimate", instances_dir / "single-building-llama3-70b.yaml", "--plan", bare_plan])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"{bare_plan}: tp: ")
+
+
+@pytest.mark.parametrize("command", ["estimate", "simulate"])
+def test_directory_as_input_is_an_input_error(command: str, run_cli, small: Path, tmp_path: Path) -> None:
+    result = run_cli([command, small, "--plan", tmp_path])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{tmp_path}: <root>: cannot read file")
+
+
+# ----------------------------------------------------------------------------- output paths (checked first)
+
+@pytest.mark.parametrize("where", ["missing-dir", "directory", "the-instance"])
+def test_solve_out_checked_before_solving(where: str, run_cli, small: Path, tmp_path: Path) -> None:
+    out = {"missing-dir": tmp_path / "nope" / "plan.json", "directory": tmp_path, "the-instance": small}[where]
+    before = small.read_bytes()
+    result = run_cli(["solve", small, "--time-limit", "30", "--out", out])
+    assert result.exit_code == 2, result.stderr
+    assert "--out" in result.stderr
+    assert "CP-SAT" not in result.stderr, "the solve must not start"
+    assert small.read_bytes() == before
+    assert not (tmp_path / "nope").exists()
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "directory", "the-plan"])
+def test_simulate_trace_checked_before_simulating(where: str, run_cli, small: Path, bare_plan: Path,
+                                                  tmp_path: Path) -> None:
+    trace = {"missing-dir": tmp_path / "nope" / "t.json", "directory": tmp_path, "the-plan": bare_plan}[where]
+    result = run_cli(["simulate", small, "--plan", bare_plan, "--trace", trace])
+    assert result.exit_code == 2, result.stderr
+    assert "--trace" in result.stderr
+    assert yaml.safe_load(bare_plan.read_text(encoding="utf-8")) == BARE_PLAN
+
+
+@pytest.mark.parametrize("args", [["--time-limit", "nan"], ["--seed", "-1"], ["--seed", "99999999999999999999"],
+                                  ["--top-k", "0"]])
+def test_solve_bad_option_values_exit_2(args: list[str], run_cli, small: Path) -> None:
+    result = run_cli(["solve", small, *args])
+    assert result.exit_code == 2
+    assert "Invalid value" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_help_lists_exit_codes(run_cli) -> None:
+    assert "Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error" in run_cli(["--help"]).stdout
+
+
+# ----------------------------------------------------------------------------- validate: kind detection
+
+def test_validate_plan_with_stray_key_is_checked_as_a_plan(run_cli, small: Path, tmp_path: Path) -> None:
+    path = tmp_path / "named-plan.yaml"
+    path.write_text(yaml.safe_dump({"name": "my-plan", **BARE_PLAN}), encoding="utf-8")
+    result = run_cli(["validate", "--instance", small, path])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"{path}: name: Extra inputs are not permitted"]
+
+
+def test_validate_unknown_document_is_one_line(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "notes.yaml"
+    path.write_text("owner: me\nbudget: 3\n", encoding="utf-8")
+    result = run_cli(["validate", path])
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: <root>: not an instance, model or plan file")
+    assert "owner, budget" in lines[0]
+
+
+def test_validate_plan_without_instance_says_schema_only(run_cli, bare_plan: Path, small: Path) -> None:
+    alone = run_cli(["validate", bare_plan])
+    assert alone.exit_code == 0
+    assert f"{bare_plan}: ok (plan, schema only" in alone.stdout
+    checked = run_cli(["validate", "--instance", small, bare_plan])
+    assert checked.exit_code == 0
+    assert f"{bare_plan}: ok (plan)" in checked.stdout
+
+
+# ----------------------------------------------------------------------------- solve end to end
+
+def test_solve_json_out_feeds_simulate_and_estimate(run_cli, small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    result = run_cli(["solve", small, "--time-limit", "4", "--json", "--out", out])
+    if result.exit_code == 3 and "time limit" in result.stderr:
+        pytest.skip("no plan found within the short time limit on this machine")
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)  # progress goes to stderr only
+    assert f"plan written to {out}" in result.stderr
+    assert json.loads(out.read_text(encoding="utf-8")) == payload["plan"]
+    assert leftovers(tmp_path) == []
+    for command in ("simulate", "estimate"):
+        replay = run_cli([command, small, "--plan", out, "--json"])
+        assert replay.exit_code == 0, replay.stderr
+        assert json.loads(replay.stdout)["plan"] == payload["plan"]
