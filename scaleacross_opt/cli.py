@@ -72,25 +72,17 @@ def _writable_path(ctx: click.Context, param: click.Parameter, value: Path | Non
     return value
 
 
-def _temp_path(path: Path) -> Path:
-    """A temporary file next to ``path`` (same file system, so the final rename is atomic)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 def _cannot_write(path: Path, err: OSError) -> None:
     _fail([f"{path}: cannot write: {err.strerror or err}"], EXIT_INVALID)
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file; on failure nothing (not even the temporary) remains."""
-    tmp = _temp_path(path)
+    """``io.write_atomic``, with a write failure reported as invalid output (exit 1)."""
+    from .io import write_atomic
+
     try:
-        with tmp.open("x", encoding="utf-8") as handle:
-            handle.write(text)
-        tmp.replace(path)
+        write_atomic(path, text)
     except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         _cannot_write(path, err)
 
 
@@ -271,20 +263,11 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 
     _distinct_outputs(("--trace", trace_path), instance_path, plan_path)
     instance, plan = _load_instance_and_plan(instance_path, plan_path)
-    if trace_path is None:
-        report = simulate_step(instance, plan)
-    else:  # the simulator writes a temporary file that is renamed once complete
-        tmp = _temp_path(trace_path)
-        try:
-            report = simulate_step(instance, plan, trace_path=tmp)
-            tmp.replace(trace_path)
-        except OSError as err:
-            if err.filename not in (str(tmp), str(trace_path)):
-                raise
-            _cannot_write(trace_path, err)
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+    try:
+        report = simulate_step(instance, plan, trace_path=trace_path)  # the trace is written atomically
+    except OSError as err:
+        assert trace_path is not None
+        _cannot_write(trace_path, err)
     _emit(_report_json(report, plan), as_json, _report_text(report, plan))
     if trace_path:
         click.echo(f"trace written to {trace_path}", err=True)

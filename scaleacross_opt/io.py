@@ -7,7 +7,9 @@ loader collects all of them (schema errors first, semantic checks when the schem
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -184,7 +186,14 @@ def load_plan(path: str | Path, instance: Instance | None = None) -> Plan:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file so a failure never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write ``text`` to ``path`` through a temporary file in the same directory, renamed when complete;
+    on failure (OSError re-raised) neither a partial ``path`` nor the temporary file remains."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -82,12 +82,10 @@ def test_simulate_trace_is_chrome_trace(run_cli, small: Path, bare_plan: Path, t
 
 def test_trace_write_failure_leaves_nothing(run_cli, small: Path, bare_plan: Path, tmp_path: Path,
                                             monkeypatch) -> None:
-    def disk_full(instance: object, plan: object, trace_path: Path | None = None) -> None:
-        assert trace_path is not None
-        trace_path.write_text('{"traceEvents": [', encoding="utf-8")  # half a file, then the disk fills
-        raise OSError(28, "No space left on device", str(trace_path))
+    def disk_full(self: Path, target: Path) -> None:  # the temporary file is complete, the rename fails
+        raise OSError(28, "No space left on device", str(target))
 
-    monkeypatch.setattr("scaleacross_opt.simulator.simulate", disk_full)
+    monkeypatch.setattr(Path, "replace", disk_full)
     trace = tmp_path / "t.json"
     result = run_cli(["simulate", small, "--plan", bare_plan, "--trace", trace])
     assert result.exit_code == 1

@@ -23,7 +23,7 @@ from scaleacross_opt.validation.plan_checks import validate_plan
 def tiny_instance(models_dir, **search) -> Instance:  # noqa: ANN001
     """2 × 16 H100 on a campus link, Llama 3 8B, a search space of a few hundred plans."""
     restrictions = dict(
-        tp_degrees=[4, 8], cp_degrees=[1], pp_degrees=[1, 2, 4], micro_batch_sizes=[1], virtual_stages=[1, 2],
+        tp_degrees=[4, 8], cp_degrees=[1], pp_degrees=[1, 2], micro_batch_sizes=[1], virtual_stages=[1, 2],
         schedules=["1f1b", "interleaved-1f1b", "gpipe"], recompute=["none", "full"], zero_stages=[1],
         collective_algorithms=["ring"], load_balancing=["ecmp"], congestion_control=["dcqcn"],
         loss_recovery=["go_back_n", "selective_repeat"], qps_per_connection=[1], window_kib_per_qp=[4096],
@@ -63,7 +63,7 @@ def test_solve_matches_brute_force_and_simulates_far_fewer_plans(models_dir) -> 
 def test_every_returned_plan_passes_the_independent_validator(load_shipped_instance) -> None:  # noqa: ANN001
     for name in ("small-two-buildings-llama3-8b", "single-building-llama3-70b"):
         instance = load_shipped_instance(name)
-        result = solve(instance, time_limit_s=20, seed=0, top_k=4)
+        result = solve(instance, time_limit_s=8, seed=0, top_k=4)
         assert validate_plan(result.plan, instance) == []
         assert result.step_time_s == pytest.approx(simulate(instance, result.plan).step_time_s)
 
@@ -108,7 +108,7 @@ def test_bound_is_below_simulation_on_every_plan_of_a_small_space(models_dir) ->
 
 def test_search_restrictions_shape_the_design_space(models_dir) -> None:  # noqa: ANN001
     space = design_space(tiny_instance(models_dir))
-    assert space.tp == (4, 8) and space.pp == (1, 2, 4) and space.cp == (1,)
+    assert space.tp == (4, 8) and space.pp == (1, 2) and space.cp == (1,)
     assert {o.loss_recovery.value for o in space.intra_network} == {"go_back_n", "selective_repeat"}
     assert any(o.collective_algorithm.value == "hierarchical" for o in space.cross_network)
 

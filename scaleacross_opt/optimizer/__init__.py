@@ -60,7 +60,8 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
                          progress=progress)
     if best is None or best.report is None:
         if stats.status == "time_limit":
-            raise InfeasibleError(f"no feasible plan found within the time limit of {time_limit_s:g} s")
+            raise InfeasibleError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "
+                                  "infeasible: raise --time-limit)")
         raise InfeasibleError(infeasibility_reason(instance, space))
     problems = validate_plan(best.plan, instance)
     assert not problems, f"validator rejected the returned plan: {problems}"

@@ -182,6 +182,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     total_params = full_params * model.layers
     optimizer_us = {b.name: full_params * co.ADAM_BYTES_PER_PARAM / n
                     / (b.gpu_spec.hbm_bandwidth_gb_per_s * 1e9 * co.HBM_EFFICIENCY) * 1e6 for b in buildings}
+    clamp = _clamp_us
+    cross_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in cross_us.items()}
+    intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
+    cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
         layer_us=layer_us, head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
@@ -206,6 +210,16 @@ def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transpor
         nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
         bandwidth, latency = max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6)
     return bandwidth, latency
+
+
+# Coefficients beyond these are clamped (a plan that slow is never a candidate; the simulator still
+# charges it in full), so that scaled sums stay inside CP-SAT's 64-bit range.
+CLAMP_US = 10**9  # 1000 s
+CLAMP_US_PER_MIB = 1e6  # 1 s per MiB (8 Mb/s)
+
+
+def _clamp_us(value: float) -> int:
+    return int(min(value, CLAMP_US))
 
 
 def _unsharded_bytes(zero: int) -> int:

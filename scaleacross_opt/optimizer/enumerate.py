@@ -2,7 +2,9 @@
 planner is checked against, and the exhaustive-search baseline.
 
 Enumerates exactly the plans the CP-SAT model can express — degrees, schedule, per-building counts,
-non-dominated layer splits (no stage could hold a layer less), network settings — with the same
+every layer split of its family (per-building stage sizes and the LM-head stage; the excess over the
+model's layers, less than the number of other stages, trimmed one layer each from the first stages),
+network settings — with the same
 pins for settings that cannot matter (cross-building settings when nothing crosses, the cross
 algorithm unless DP crosses, the schedule when pp = 1). Structural rules are applied here; memory
 is left to the validator.
@@ -38,35 +40,26 @@ def _compositions(total: int, caps: list[int], min_parts: int) -> Iterator[list[
 
 
 def _even_splits(layers: int, pp: int, v: int) -> Iterator[tuple[int, int]]:
-    """(layers per regular stage, layers of the LM-head stage), none of which could drop a layer."""
+    """(layers per regular stage, layers of the LM-head stage) that hold at least the model's layers."""
     if pp == 1:
         yield layers, layers
         return
-    for head in range(v, layers + 1):
-        even = max(v, math.ceil((layers - head) / (pp - 1)))
-        if even < head:
-            break
-        if (pp - 1) * even + head - 1 < layers and (pp - 1) * (even - 1) + head < layers:
-            yield even, head
+    for even in range(v, layers + 1):
+        for head in range(v, even + 1):
+            if 0 <= (pp - 1) * even + head - layers <= pp - 2 and head + v * (pp - 1) <= layers:
+                yield even, head
 
 
 def _pp_splits(layers: int, stages: list[int], head_index: int, v: int) -> Iterator[tuple[list[int], int]]:
-    """(layers per stage of each building, LM-head-stage layers) covering ``layers`` where no building's
-    stages and not the head stage could hold one layer less."""
+    """(layers per stage of each building, LM-head-stage layers) that hold at least the model's layers."""
     used = [b for b, s in enumerate(stages) if s]
     for values in product(range(v, layers + 1), repeat=len(used)):
         per = [0] * len(stages)
         for b, ell in zip(used, values, strict=True):
             per[b] = ell
+        slots = sum(per[b] * stages[b] for b in used) - per[head_index]
         for head in range(v, per[head_index] + 1):
-            slots = [stages[b] - (b == head_index) for b in range(len(stages))]
-            total = sum(per[b] * slots[b] for b in used) + head
-            if total < layers:
-                continue
-            shrinkable = (head > v and total - 1 >= layers) or any(
-                per[b] - 1 >= max(v, head if b == head_index else 0) and slots[b] and total - slots[b] >= layers
-                for b in used)
-            if not shrinkable:
+            if 0 <= slots + head - layers <= sum(stages) - 2 and head + v * (sum(stages) - 1) <= layers:
                 yield per, head
 
 

@@ -108,13 +108,19 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     best: Candidate | None = None
     hint: dict[int, int] | None = None
     ratios: list[float] = []
-    for plan in start_plans:
-        assignment = plan_assignment(pv, plan)
-        bound = plan_bound_us(pv, assignment, seed, deadline) * US if assignment is not None else 0.0
+    for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
+        assignment = plan_assignment(pv, start_plan)
+        if assignment is None:
+            continue
+        plan = extract_plan(pv, Values(_Snapshot(assignment)))
+        if validate_plan(plan, pv.instance):
+            continue
+        bound = plan_bound_us(pv, assignment, seed, deadline) * US
         report = simulate(pv.instance, plan)
         stats.candidates_simulated += 1
-        if assignment is not None:
-            add_nogood(pv.model, assignment)
+        add_nogood(pv.model, assignment)
+        ratios.append(bound / report.step_time_s)
+        stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
         if best is None or report.step_time_s < best.report.step_time_s:
             best, hint = Candidate(plan, bound, report), assignment
         if progress:
@@ -166,7 +172,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             if best is None or (report.step_time_s, plan.model_dump_json()) < (
                     best.report.step_time_s, best.plan.model_dump_json()):
                 best, hint = Candidate(plan, plan_bound, report), assignment
-            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s, "plan": plan.model_dump_json()})
+            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
             if progress:
                 progress(f"round {stats.rounds}: bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
                          f"best {best.report.step_time_s:.4f} s")
@@ -175,5 +181,6 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     if best is not None:
         if stats.status == "exhausted":
             stats.lower_bound_s = best.report.step_time_s
+        stats.lower_bound_s = min(stats.lower_bound_s, best.report.step_time_s)  # the optimum is ≤ the best
         stats.gap = max(0.0, (best.report.step_time_s - stats.lower_bound_s) / best.report.step_time_s)
     return best, stats

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import CrossBuilding, Instance
+from ..spec import CrossBuilding, Instance, TrafficClassConfig
 from .result import SolveResult
 
 _WHY = {
@@ -17,8 +17,10 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
     """Plan, step time, MFU, breakdown and why this placement."""
     plan, report, stats = result.plan, result.report, result.stats
     assert plan.placement is not None and plan.network is not None
-    shares = ", ".join(f"{s.building}: {s.dp_replicas} replicas × {s.pp_stages} stages"
+    shares = ", ".join(f"{s.building}: {_count(s.dp_replicas, 'replica')} × {_count(s.pp_stages, 'stage')}"
                        for s in plan.placement.buildings)
+    where = ("in one building" if plan.placement.cross_building is CrossBuilding.NONE
+             else f"{plan.placement.cross_building.value} across buildings")
     net = plan.network
     lines = [
         f"instance        {instance.name or '(unnamed)'}: {instance.num_gpus:,} GPUs, "
@@ -26,23 +28,37 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"plan            tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
         f"v={plan.virtual_stages} mbs={plan.micro_batch_size} recompute={plan.recompute.value} "
         f"ZeRO-{plan.zero_stage} schedule={plan.schedule}",
-        f"placement       {plan.placement.cross_building.value} across buildings ({shares})",
+        f"placement       {where} ({shares})",
         f"layers/stage    {plan.placement.layers_per_stage}",
-        f"network         intra: {_net(net.intra_building)}",
-        f"                cross: {_net(net.cross_building)}",
+        f"network         intra-building: {_net(net.intra_building)}",
+        *([f"                cross-building: {_net(net.cross_building)}"]
+          if plan.placement.cross_building is not CrossBuilding.NONE else []),
         f"step time       {report.step_time_s:.4f} s simulated, {result.estimate_step_time_s:.4f} s closed-form "
         f"estimate, {result.cpsat_bound_s:.4f} s CP-SAT bound",
         f"MFU             {report.mfu * 100:.1f} %   tokens/s {report.tokens_per_s:,.0f}   "
         f"memory {report.memory_gib_per_gpu:.1f} GiB/GPU",
-        "breakdown       " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
+        "breakdown (s)   " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
         f"why             {_WHY[plan.placement.cross_building]}",
-        f"search          {stats.status}: {stats.candidates_simulated} plans simulated in {stats.rounds} rounds, "
-        f"{stats.wall_s:.1f} s; lower bound {stats.lower_bound_s:.4f} s, gap {stats.gap * 100:.2f} %",
+        f"search          {_STATUS[stats.status]}: {_count(stats.candidates_simulated, 'plan')} simulated in "
+        f"{_count(stats.rounds, 'round')}, {stats.wall_s:.1f} s; no plan beats {stats.lower_bound_s:.4f} s "
+        f"(gap {stats.gap * 100:.2f} %)",
     ]
     return "\n".join(lines)
 
 
-def _net(config) -> str:  # noqa: ANN001
+_STATUS = {
+    "optimal": "optimal for the simulator",
+    "within_bound_error": "optimal up to the bound's measured error",
+    "time_limit": "time limit reached",
+    "exhausted": "every plan examined",
+}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _net(config: TrafficClassConfig) -> str:
     return (f"{config.collective_algorithm.value}, {config.load_balancing.value}, "
             f"{config.congestion_control.value}, {config.loss_recovery.value}, "
-            f"{config.qps_per_connection} QPs × {config.window_kib_per_qp} KiB")
+            f"{_count(config.qps_per_connection, 'QP')} × {config.window_kib_per_qp} KiB window")

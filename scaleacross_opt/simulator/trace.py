@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.workload import StepWorkload
+from ..io import write_atomic
 from ..schedules.base import OpKind
 from .engine import SimResult
 
@@ -63,5 +64,5 @@ def trace_events(result: SimResult, workload: StepWorkload) -> list[dict[str, ob
 
 
 def write_trace(path: Path, result: SimResult, workload: StepWorkload) -> None:
-    """Write ``{"traceEvents": [...]}`` to ``path``."""
-    path.write_text(json.dumps({"traceEvents": trace_events(result, workload), "displayTimeUnit": "ms"}))
+    """Write ``{"traceEvents": [...]}`` to ``path`` (atomically: never a half-written file)."""
+    write_atomic(path, json.dumps({"traceEvents": trace_events(result, workload), "displayTimeUnit": "ms"}))

@@ -82,6 +82,10 @@ def check_search(search: SearchSpace) -> Problems:
         ints = [v for v in values if isinstance(v, int)]
         if any(v < 1 for v in ints) and field != "zero_stages":
             problems.append((f"search.{field}", f"values must be ≥ 1, got {sorted(ints)}"))
+    for field, limit in (("qps_per_connection", 256), ("window_kib_per_qp", 1 << 20)):
+        values = getattr(search, field) or []
+        if any(v > limit for v in values):
+            problems.append((f"search.{field}", f"values must be ≤ {limit} (as in a plan), got {sorted(values)}"))
     if search.zero_stages and any(z not in (0, 1, 2, 3) for z in search.zero_stages):
         problems.append(("search.zero_stages", f"ZeRO stages are 0..3, got {search.zero_stages}"))
     for i, name in enumerate(search.schedules or []):

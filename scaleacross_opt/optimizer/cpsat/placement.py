@@ -4,9 +4,10 @@
 - dp: each used building holds ``replicas[b]`` whole pipelines (Σ replicas = dp, ≥ 2 buildings);
 - pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings).
 Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
-a building. Layers: every stage of building b holds at most ``layers[b]``, except the stage with the
-LM head (the last stage; the first for V-shaped schedules), which holds ``head_layers`` ≤ that; the
-stages hold all the model's layers. In none/dp modes one split (``even`` per stage) serves every building.
+a building. Layers: every stage of building b holds ``layers[b]`` or one less (the excess over the
+model's layers, fewer than the other stages, is trimmed one layer each from the first stages), except
+the stage with the LM head (the last stage; the first for V-shaped schedules), which holds
+``head_layers`` ≤ ``layers[b]``. In none/dp modes one split (``even`` per stage) serves every building.
 """
 
 from __future__ import annotations
@@ -72,8 +73,15 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         model.Add(chosen == pv.layers[b]).OnlyEnforceIf(pv.head[b])
         model.Add(chosen == 0).OnlyEnforceIf(pv.head[b].Not())
         model.Add(pv.head_layers <= pv.layers[b]).OnlyEnforceIf(pv.head[b])
+        only_head = model.NewBoolVar(f"only_head_stage[{building.name}]")  # no regular stage here
+        model.Add(pv.stages[b] == 1).OnlyEnforceIf(only_head)
+        model.Add(pv.stages[b] != 1).OnlyEnforceIf(only_head.Not())
+        model.Add(pv.layers[b] == pv.head_layers).OnlyEnforceIf([only_head, pv.head[b]])
         head_slots.append(chosen)
     model.Add(pv.head_layers >= pv.virtual_var)
+    # the other stages keep at least v layers each (the split can always be trimmed to the model's layers)
+    chunks = _product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * max(v for _, v in pv.schedule_chunks.values))
+    model.Add(pv.head_layers + chunks - pv.virtual_var <= total_layers)
     n_used = sum(pv.used)
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is CrossBuilding.NONE:
@@ -86,7 +94,9 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(sum(pv.replicas) == pv.dp_var).OnlyEnforceIf(lit)
         if mode is CrossBuilding.PP:
             model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
-            model.Add(sum(layer_slots) - sum(head_slots) + pv.head_layers >= total_layers).OnlyEnforceIf(lit)
+            held = sum(layer_slots) - sum(head_slots) + pv.head_layers
+            model.Add(held >= total_layers).OnlyEnforceIf(lit)
+            model.Add(held - total_layers <= pv.pp_var - 2).OnlyEnforceIf(lit)
     # none / dp: (pp − 1) stages of ``even`` layers and the head stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
     even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
@@ -97,6 +107,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is not CrossBuilding.PP:
             model.Add(even_slots - even + pv.head_layers >= total_layers).OnlyEnforceIf(lit)
+            model.Add(even_slots - even + pv.head_layers - total_layers <= pv.pp_var - 2).OnlyEnforceIf(
+                [lit, *([pv.pp.lit(1).Not()] if 1 in pv.pp.values else [])])
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
