@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from scaleacross_opt.cost.report import BREAKDOWN_KEYS, StepReport
-from scaleacross_opt.cost.step import build_workload, estimate
+from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s
 from scaleacross_opt.cost.workload import LinkShare, StepWorkload
 from scaleacross_opt.io import load_instance
 from scaleacross_opt.plan_defaults import even_layers, fill_defaults
@@ -545,13 +545,8 @@ class Row:
 
 
 def _dp_no_bucket(workload: StepWorkload) -> float:
-    """The closed form's exposed DP sync without the bucketing credit (window = drain of earlier stages)."""
-    out = 0.0
-    for group in workload.groups:
-        bwd = group.bwd_s.sum(axis=1)
-        drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
-        out = max(out, float(np.maximum(0.0, workload.dp_sync_s.sum(axis=1) - drain).max()))
-    return out
+    """The closed form's exposed DP sync with the bucketing credit removed (drain of earlier stages only)."""
+    return max(exposed_dp_s(workload, group, overlap_fraction=0.0) for group in workload.groups)
 
 
 def _op_ratio(workload: StepWorkload) -> str:

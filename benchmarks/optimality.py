@@ -43,8 +43,8 @@ RESTRICTED: dict[str, SearchSpace] = {
         collective_algorithms=["ring", "pat"], load_balancing=["ecmp"], congestion_control=["dcqcn", "receiver_driven"],
         loss_recovery=["go_back_n", "selective_repeat"], qps_per_connection=[1, 16], window_kib_per_qp=[4096, 65536]),
     "hetero-h100-b200-llama3-405b": SearchSpace(
-        tp_degrees=[8], cp_degrees=[1], pp_degrees=[8, 16], micro_batch_sizes=[1], virtual_stages=[1],
-        schedules=["1f1b", "zb-h1"], recompute=["none", "full"], zero_stages=[1],
+        tp_degrees=[8], cp_degrees=[1], pp_degrees=[5, 10, 20], micro_batch_sizes=[1], virtual_stages=[1],
+        schedules=["1f1b", "zb-h1"], recompute=["selective", "full"], zero_stages=[1],
         collective_algorithms=["ring"], load_balancing=["packet_spraying"], congestion_control=["receiver_driven"],
         loss_recovery=["selective_repeat"], qps_per_connection=[4], window_kib_per_qp=[16384]),
 }
@@ -65,6 +65,8 @@ def exhaustive(instance: Instance, workers: int) -> tuple[int, int, float, str, 
         raise SystemExit(f"{instance.name}: {len(plans)} plans exceed the brute-force budget of {MAX_PLANS}")
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = [r for r in pool.map(_simulate_one, [(instance, p) for p in plans], chunksize=64) if r]
+    if not results:
+        raise SystemExit(f"{instance.name}: no valid plan in the restricted space; widen its restriction")
     best_time, best_plan = min(results)
     return len(plans), len(results), best_time, best_plan, time.perf_counter() - start
 

@@ -9,8 +9,8 @@ Python API::
 
 __version__ = "0.1.0"
 
-from .errors import InfeasibleError, InputError  # noqa: E402
-from .io import load_instance, load_plan  # noqa: E402
+from .errors import InfeasibleError, InputError
+from .io import load_instance, load_plan
 
 
 def solve(*args, **kwargs):  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ def even_layers(layers: int, pp: int) -> list[int]:
     """Split ``layers`` over ``pp`` stages as evenly as possible, extras to the middle stages."""
     base, extra = divmod(layers, pp)
     split = [base] * pp
-    order = list(range(1, pp - 1)) + [pp - 1, 0] if pp > 2 else list(range(pp))
+    order = [*list(range(1, pp - 1)), pp - 1, 0] if pp > 2 else list(range(pp))
     for stage in order[:extra]:
         split[stage] += 1
     return split

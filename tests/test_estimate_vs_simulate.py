@@ -28,7 +28,7 @@ import pytest
 from scaleacross_opt.catalog import coefficients as co
 from scaleacross_opt.catalog.network import DEFAULT_NETWORK
 from scaleacross_opt.cost.report import StepReport
-from scaleacross_opt.cost.step import build_workload, estimate
+from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s
 from scaleacross_opt.cost.workload import StepWorkload
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate
@@ -90,12 +90,7 @@ def pipeline_times(est: StepReport, sim: StepReport, workload: StepWorkload) -> 
 
 def dp_without_bucketing(workload: StepWorkload) -> float:
     """The closed form's exposed DP sync with the bucketing credit removed (drain of earlier stages only)."""
-    out = 0.0
-    for group in workload.groups:
-        bwd = group.bwd_s.sum(axis=1)
-        drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
-        out = max(out, float(np.maximum(0.0, workload.dp_sync_s.sum(axis=1) - drain).max()))
-    return out
+    return max(exposed_dp_s(workload, group, overlap_fraction=0.0) for group in workload.groups)
 
 
 def pp_across(instance: Instance, plan: Plan) -> Placement:

@@ -20,7 +20,7 @@ from scaleacross_opt.spec import Building, Cluster, Instance, Job, Link, SearchS
 from scaleacross_opt.validation.plan_checks import validate_plan
 
 
-def tiny_instance(models_dir, **search) -> Instance:  # noqa: ANN001
+def tiny_instance(models_dir, **search) -> Instance:
     """2 × 16 H100 on a campus link, Llama 3 8B, a search space of a few hundred plans."""
     restrictions = dict(
         tp_degrees=[4, 8], cp_degrees=[1], pp_degrees=[1, 2], micro_batch_sizes=[1], virtual_stages=[1, 2],
@@ -50,7 +50,7 @@ def brute_force(instance: Instance) -> tuple[float, int]:
     return min(times), len(times)
 
 
-def test_solve_matches_brute_force_and_simulates_far_fewer_plans(models_dir) -> None:  # noqa: ANN001
+def test_solve_matches_brute_force_and_simulates_far_fewer_plans(models_dir) -> None:
     instance = tiny_instance(models_dir)
     best, valid = brute_force(instance)
     result = solve(instance, time_limit_s=60, seed=0, top_k=4)
@@ -60,7 +60,7 @@ def test_solve_matches_brute_force_and_simulates_far_fewer_plans(models_dir) -> 
     assert result.stats.candidates_simulated < valid / 2
 
 
-def test_every_returned_plan_passes_the_independent_validator(load_shipped_instance) -> None:  # noqa: ANN001
+def test_every_returned_plan_passes_the_independent_validator(load_shipped_instance) -> None:
     for name in ("small-two-buildings-llama3-8b", "single-building-llama3-70b"):
         instance = load_shipped_instance(name)
         result = solve(instance, time_limit_s=8, seed=0, top_k=4)
@@ -68,7 +68,7 @@ def test_every_returned_plan_passes_the_independent_validator(load_shipped_insta
         assert result.step_time_s == pytest.approx(simulate(instance, result.plan).step_time_s)
 
 
-def test_same_seed_same_plan(models_dir) -> None:  # noqa: ANN001
+def test_same_seed_same_plan(models_dir) -> None:
     instance = tiny_instance(models_dir)
     first = solve(instance, time_limit_s=60, seed=7, top_k=4)
     second = solve(instance, time_limit_s=60, seed=7, top_k=4)
@@ -76,19 +76,19 @@ def test_same_seed_same_plan(models_dir) -> None:  # noqa: ANN001
     assert first.step_time_s == second.step_time_s
 
 
-def test_infeasible_instance_says_memory_does_not_fit(load_shipped_instance) -> None:  # noqa: ANN001
+def test_infeasible_instance_says_memory_does_not_fit(load_shipped_instance) -> None:
     instance = load_shipped_instance("infeasible-memory-llama3-405b-a100")
     with pytest.raises(InfeasibleError, match="does not fit memory"):
         solve(instance, time_limit_s=20, seed=0)
 
 
-def test_degrees_that_cannot_multiply_to_the_gpu_count_are_infeasible(models_dir) -> None:  # noqa: ANN001
+def test_degrees_that_cannot_multiply_to_the_gpu_count_are_infeasible(models_dir) -> None:
     instance = tiny_instance(models_dir, tp_degrees=[8], pp_degrees=[3])  # 32 GPUs: 8·pp·dp never with pp = 3
     with pytest.raises(InfeasibleError):
         solve(instance, time_limit_s=10, seed=0)
 
 
-def test_bound_is_below_simulation_on_every_plan_of_a_small_space(models_dir) -> None:  # noqa: ANN001
+def test_bound_is_below_simulation_on_every_plan_of_a_small_space(models_dir) -> None:
     """The CP-SAT objective of each plan (its decisions fixed) against the simulator: a lower bound up
     to the ~1 % of effects the linearisation rounds or approximates (reported by solve as bound_error)."""
     instance = tiny_instance(models_dir)
@@ -106,7 +106,7 @@ def test_bound_is_below_simulation_on_every_plan_of_a_small_space(models_dir) ->
     assert sorted(ratios)[len(ratios) // 2] > 0.6  # and not trivially loose
 
 
-def test_search_restrictions_shape_the_design_space(models_dir) -> None:  # noqa: ANN001
+def test_search_restrictions_shape_the_design_space(models_dir) -> None:
     space = design_space(tiny_instance(models_dir))
     assert space.tp == (4, 8) and space.pp == (1, 2) and space.cp == (1,)
     assert {o.loss_recovery.value for o in space.intra_network} == {"go_back_n", "selective_repeat"}

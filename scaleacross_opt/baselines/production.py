@@ -25,8 +25,8 @@ def production_plans(instance: Instance, space: DesignSpace) -> list[Plan]:
     intra = space.intra_network[0]
     network = NetworkConfig(intra_building=intra, cross_building=space.cross_network[0] if space.cross_network
                             else intra)
-    schedules = sorted(space.schedules, key=lambda s: (s not in PREFERRED_SCHEDULES,
-                                                       PREFERRED_SCHEDULES.index(s) if s in PREFERRED_SCHEDULES else 0, s))
+    rank = {name: i for i, name in enumerate(PREFERRED_SCHEDULES)}
+    schedules = sorted(space.schedules, key=lambda s: (rank.get(s, len(rank)), s))
     for pp, ep in ((pp, ep) for pp in sorted(space.pp) for ep in sorted(space.ep, reverse=True)):
         if n % (tp * cp * pp) or gbs % (n // (tp * cp * pp) * mbs):
             continue

@@ -400,12 +400,13 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
 
 
-def _exposed_dp(workload: StepWorkload, group: PipelineGroup) -> float:
+def exposed_dp_s(workload: StepWorkload, group: PipelineGroup,
+                 overlap_fraction: float = co.DP_BACKWARD_OVERLAP_FRACTION) -> float:
     """DP sync not hidden: stage s syncs after its last backward, hidden behind the drain of earlier stages
-    (Σ_{s'<s} B_s') and DP_BACKWARD_OVERLAP_FRACTION of its own last backward (bucketing)."""
+    (Σ_{s'<s} B_s') and ``overlap_fraction`` of its own last backward (bucketing; 0 = no bucketing)."""
     bwd = group.bwd_s.sum(axis=1)
     drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
-    window = drain + co.DP_BACKWARD_OVERLAP_FRACTION * bwd
+    window = drain + overlap_fraction * bwd
     return float(np.maximum(0.0, workload.dp_sync_s.sum(axis=1) - window).max())
 
 
@@ -424,7 +425,7 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     best: tuple[float, dict[str, float]] | None = None
     for group in workload.groups:
         pipeline, parts = _group_time(workload, group)
-        exposed_dp = _exposed_dp(workload, group)
+        exposed_dp = exposed_dp_s(workload, group)
         if best is None or pipeline + exposed_dp > best[0]:
             best = (pipeline + exposed_dp, {**parts, "exposed_dp_s": exposed_dp})
     assert best is not None

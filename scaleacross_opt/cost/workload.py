@@ -64,7 +64,8 @@ class StepWorkload:
     links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
     dp_sync_s: np.ndarray  # (pp, v): exposed-if-alone time to sync one chunk's gradients across DP
     optimizer_s: float  # optimizer step (after all gradient syncs)
-    exposed_comm_s: dict[str, float]  # per class (tp, cp, ep): exposed time per step on the slowest stage, already inside fwd/bwd
+    # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd
+    exposed_comm_s: dict[str, float]
 
     def link(self, src: str, dst: str) -> LinkShare:
         """The path from building ``src`` to ``dst``."""

@@ -14,8 +14,7 @@ from ..catalog import coefficients as co
 from ..cost.compute import LayerKind, Shard, layer_times, lm_head_times
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import layer_comm
-from ..cost.step import fabric_path
+from ..cost.step import fabric_path, layer_comm
 from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
 from .space import DesignSpace, Shape

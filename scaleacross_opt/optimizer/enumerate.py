@@ -12,7 +12,6 @@ is left to the validator.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from itertools import product
 
@@ -99,8 +98,8 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
     intra_algs, intra_transports = split_network_options(space.intra_network)
     cross_algs, cross_transports = split_network_options(space.cross_network) if space.cross_network else ([], [])
     pinned_pp1 = min(((get_schedule(name).in_flight_microbatches(1, v, 8), i)
-                      for i, (name, v) in enumerate(space.schedule_chunks()) if get_schedule(name).check(1, v, 8) is None),
-                     default=(0.0, -1))[1]
+                      for i, (name, v) in enumerate(space.schedule_chunks())
+                      if get_schedule(name).check(1, v, 8) is None), default=(0.0, -1))[1]
     seen: set[str] = set()
     for shape in space.shapes:
         for pp in space.pp:
@@ -132,7 +131,7 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
                                 yield plan
 
 
-def _networks(mode, intra_algs, intra_transports, cross_algs, cross_transports) -> Iterator[NetworkConfig]:  # noqa: ANN001
+def _networks(mode, intra_algs, intra_transports, cross_algs, cross_transports) -> Iterator[NetworkConfig]:
     for alg, transport in product(intra_algs, intra_transports):
         intra = transport.with_algorithm(alg)
         if not cross_transports:

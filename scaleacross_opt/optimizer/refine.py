@@ -47,10 +47,10 @@ class _Snapshot:
     def __init__(self, values: dict[int, int]):
         self._values = values
 
-    def Value(self, var: cp_model.IntVar) -> int:  # noqa: N802 (mirrors the OR-Tools API)
+    def Value(self, var: cp_model.IntVar) -> int:
         return self._values[var.Index()]
 
-    def BooleanValue(self, lit: cp_model.IntVar) -> bool:  # noqa: N802
+    def BooleanValue(self, lit: cp_model.IntVar) -> bool:
         return bool(self._values[lit.Index()])
 
 

@@ -135,10 +135,7 @@ def design_space(instance: Instance) -> DesignSpace:
           and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0) and n % t == 0]
     cp = [c for c in DEFAULT_CP if c == 1 or instance.job.seq_len % (2 * c) == 0]
     pp = [p for p in range(1, model.layers + 1) if n % p == 0]
-    if model.moe is None:
-        ep = [1]
-    else:
-        ep = [e for e in divisors(model.moe.num_experts) if e <= n]
+    ep = [1] if model.moe is None else [e for e in divisors(model.moe.num_experts) if e <= n]
     multi = len(instance.cluster.buildings) > 1
     fits_one = any(b.num_gpus >= n for b in instance.cluster.buildings)
     cross = [CrossBuilding.NONE] if fits_one else []

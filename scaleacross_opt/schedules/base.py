@@ -51,7 +51,8 @@ class PipelineSchedule(ABC):
     def head_stage(self, pp: int, virtual_stages: int) -> int:
         """The stage holding the model's last layers and the LM head (pp−1, or 0 for V-shaped schedules)."""
         last = pp * virtual_stages - 1
-        return next(s for s in range(pp) for c in range(virtual_stages) if self.chunk_stage(pp, virtual_stages, c, s) == last)
+        return next(s for s in range(pp) for c in range(virtual_stages)
+                    if self.chunk_stage(pp, virtual_stages, c, s) == last)
 
     @abstractmethod
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:

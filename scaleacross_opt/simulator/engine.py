@@ -43,7 +43,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..catalog import coefficients as co
-
 from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind

@@ -6,6 +6,7 @@ path has the bottleneck bandwidth, the summed latency and the combined loss of i
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -90,7 +91,7 @@ class Cluster(StrictModel):
         if a == b:
             return Route((a,), float("inf"), 0.0, 0.0)
         path = nx.shortest_path(self.graph, a, b, weight="latency_us")
-        edges = [self.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+        edges = [self.graph.edges[u, v] for u, v in itertools.pairwise(path)]
         delivered = 1.0
         for edge in edges:
             delivered *= 1.0 - edge["loss_rate"]

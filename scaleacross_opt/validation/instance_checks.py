@@ -43,7 +43,8 @@ def check_cluster(cluster: Cluster) -> Problems:
         gpu = building.gpu_spec
         if building.num_gpus % building.gpus_per_node:
             problems.append((f"cluster.buildings[{i}].num_gpus",
-                             f"num_gpus={building.num_gpus} is not a multiple of gpus_per_node={building.gpus_per_node}"))
+                             f"num_gpus={building.num_gpus} is not a multiple of "
+                             f"gpus_per_node={building.gpus_per_node}"))
         if gpu.nvlink_domain_size % building.gpus_per_node and building.gpus_per_node % gpu.nvlink_domain_size:
             problems.append((f"cluster.buildings[{i}].gpus_per_node",
                              f"gpus_per_node={building.gpus_per_node} and the NVLink domain of {gpu.name} "

@@ -20,7 +20,7 @@ class Values:
         """Value of an integer variable."""
         return int(self._source.Value(var))
 
-    def chosen(self, choice: OneHot):  # noqa: ANN201
+    def chosen(self, choice: OneHot):
         """Chosen value of a one-hot."""
         return next(v for v, lit in zip(choice.values, choice.lits, strict=True) if self._source.BooleanValue(lit))
 
@@ -113,7 +113,7 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
             values[lit.Index()] = int(v == value)
         return True
 
-    def transport_of(choice: OneHot | None, config) -> object:  # noqa: ANN001
+    def transport_of(choice: OneHot | None, config) -> object:
         if choice is None:
             return None
         return next((t for t in choice.values

@@ -37,7 +37,7 @@ def _new(model: cp_model.CpModel, name: str, upper: int = HORIZON_US) -> cp_mode
     return model.NewIntVar(0, upper, name)
 
 
-def _product(model: cp_model.CpModel, name: str, a, b) -> cp_model.IntVar:  # noqa: ANN001
+def _product(model: cp_model.CpModel, name: str, a, b) -> cp_model.IntVar:
     out = _new(model, name)
     model.AddMultiplicationEquality(out, [a, b])
     return out

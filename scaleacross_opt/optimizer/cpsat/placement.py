@@ -19,7 +19,7 @@ from ...spec import CrossBuilding
 from .variables import PlanVars
 
 
-def _product(model: cp_model.CpModel, name: str, a, b, upper: int) -> cp_model.IntVar:  # noqa: ANN001
+def _product(model: cp_model.CpModel, name: str, a, b, upper: int) -> cp_model.IntVar:
     out = model.NewIntVar(0, upper, name)
     model.AddMultiplicationEquality(out, [a, b])
     return out
@@ -115,7 +115,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     return {"layer_slots": layer_slots, "layers_pp": layers_pp}
 
 
-def interchangeable(instance, a: int, b: int) -> bool:  # noqa: ANN001
+def interchangeable(instance, a: int, b: int) -> bool:
     """Buildings a and b have the same GPUs, size and fabric, and the same routes to every other
     building (so swapping their shares of the grid changes no cost)."""
     buildings = instance.cluster.buildings

@@ -127,7 +127,8 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
     gbs = instance.job.global_batch_size
     dp_values = sorted({n // (t * c * p) for t in space.tp for c in space.cp for p in space.pp
                         if n % (t * c * p) == 0})
-    tp, cp, pp = one_hot(model, "tp", list(space.tp)), one_hot(model, "cp", list(space.cp)), one_hot(model, "pp", list(space.pp))
+    tp, cp = one_hot(model, "tp", list(space.tp)), one_hot(model, "cp", list(space.cp))
+    pp = one_hot(model, "pp", list(space.pp))
     ep, dp = one_hot(model, "ep", list(space.ep)), one_hot(model, "dp", dp_values)
     micro_batch = one_hot(model, "mbs", list(space.micro_batch_sizes))
     chunks = one_hot(model, "schedule", space.schedule_chunks())
