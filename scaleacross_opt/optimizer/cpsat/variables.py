@@ -137,7 +137,6 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
     m_values = sorted({gbs // (d * b) for d in dp_values for b in space.micro_batch_sizes if gbs % (d * b) == 0})
     buildings = instance.cluster.buildings
     layers = instance.job.model_spec.layers
-    min_replica = min(space.tp) * min(space.cp) * min(space.pp)
     virtual = model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted({v for _, v in chunks.values})), "v")
     model.Add(virtual == chunks.linear([v for _, v in chunks.values]))
     pv = PlanVars(
@@ -157,7 +156,8 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         microbatches=model.NewIntVarFromDomain(cp_model.Domain.FromValues(m_values or [1]), "m"),
         microbatch_values=m_values,
         used=[model.NewBoolVar(f"used[{b.name}]") for b in buildings],
-        replicas=[model.NewIntVar(0, b.num_gpus // min_replica, f"replicas[{b.name}]") for b in buildings],
+        # pp across: every building holds (some stages of) all dp replicas
+        replicas=[model.NewIntVar(0, max(dp_values), f"replicas[{b.name}]") for b in buildings],
         stages=[model.NewIntVar(0, max(space.pp), f"stages[{b.name}]") for b in buildings],
         layers=[model.NewIntVar(0, layers, f"layers[{b.name}]") for b in buildings],
         head=[model.NewBoolVar(f"head[{b.name}]") for b in buildings],
