@@ -100,7 +100,9 @@ def test_bound_is_below_simulation_on_every_plan_of_a_small_space(models_dir) ->
             continue
         assignment = plan_assignment(pv, plan)
         assert assignment is not None
-        ratios.append(plan_bound_us(pv, assignment, seed=0) * 1e-6 / simulate(instance, plan).step_time_s)
+        bound = plan_bound_us(pv, assignment, seed=0)
+        assert bound is not None, f"the CP-SAT model excludes a valid plan: {plan.model_dump_json()}"
+        ratios.append(bound * 1e-6 / simulate(instance, plan).step_time_s)
     assert len(ratios) > 50
     assert max(ratios) <= 1.01
     assert sorted(ratios)[len(ratios) // 2] > 0.6  # and not trivially loose
@@ -117,3 +119,17 @@ def test_layer_split_keeps_the_head_stage_and_trims_others_from_the_front() -> N
     assert materialize_layers([2, 2], [9, 9], 32, 1, 5, head_stage=3) == [9, 9, 9, 5]
     assert materialize_layers([4], [9], 32, 1, 8, head_stage=3) == [8, 8, 8, 8]
     assert materialize_layers([4], [9], 32, 2, 6, head_stage=0) == [6, 8, 9, 9]
+
+
+def test_model_admits_every_valid_plan_when_pp_crosses_buildings(models_dir) -> None:
+    """With pp ≥ 2 everywhere, a building holding some stages of all dp replicas has more replicas than
+    whole replicas would fit in it: the model must still admit those plans."""
+    instance = tiny_instance(models_dir, pp_degrees=[2], virtual_stages=[1], recompute=["none"],
+                             loss_recovery=["selective_repeat"])
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    crossing = [plan for plan in enumerate_plans(instance, space)
+                if not validate_plan(plan, instance) and plan.placement.cross_building.value == "pp"]
+    assert crossing
+    for plan in crossing:
+        assert plan_bound_us(pv, plan_assignment(pv, plan), seed=0) is not None, plan.model_dump_json()

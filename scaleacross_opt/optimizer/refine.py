@@ -85,8 +85,9 @@ def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[
     return [assignment for _, (_, assignment) in ranked[:top_k]]
 
 
-def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None) -> int:
-    """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised."""
+def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None) -> int | None:
+    """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised (None when the
+    model does not admit the plan)."""
     model = pv.model.clone()
     for index, value in assignment.items():
         var = model.get_int_var_from_proto_index(index)
@@ -94,6 +95,8 @@ def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline:
     budget = 10.0 if deadline is None else min(10.0, max(0.05, deadline - time.perf_counter()))
     solver = _solver(seed, 1, budget)
     status = solver.Solve(model)
+    if status == cp_model.INFEASIBLE:
+        return None
     return int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else int(solver.BestObjectiveBound())
 
 
@@ -113,9 +116,10 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         if assignment is None:
             continue
         plan = extract_plan(pv, Values(_Snapshot(assignment)))
-        if validate_plan(plan, pv.instance):
+        bound_us = plan_bound_us(pv, assignment, seed, deadline)
+        if bound_us is None or validate_plan(plan, pv.instance):
             continue
-        bound = plan_bound_us(pv, assignment, seed, deadline) * US
+        bound = bound_us * US
         report = simulate(pv.instance, plan)
         stats.candidates_simulated += 1
         add_nogood(pv.model, assignment)
@@ -153,7 +157,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
             break
         found = _best_distinct(recorder.found, top_k)
-        bounds = [plan_bound_us(pv, assignment, seed, deadline) * US for assignment in found]
+        bounds = [(plan_bound_us(pv, assignment, seed, deadline) or 0) * US for assignment in found]
         stats.cpsat_wall_s += time.perf_counter() - t0
         for assignment, plan_bound in zip(found, bounds, strict=True):
             add_nogood(pv.model, assignment)
