@@ -148,8 +148,7 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         else:
             replicas, stages = share.dp_replicas, share.pp_stages
             own = range(first_stage[name], first_stage[name] + stages)
-            regular = [layers[i] for i in own if i != head_stage]
-            ell = max(regular) if regular else layers[head_stage]
+            ell = max(layers[i] for i in own)  # trimming may leave the head stage the largest
         values[pv.replicas[b].Index()] = replicas
         values[pv.stages[b].Index()] = stages
         values[pv.layers[b].Index()] = ell

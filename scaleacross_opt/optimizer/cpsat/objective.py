@@ -30,6 +30,7 @@ from ..coefficients import Coefficients
 from .variables import PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
+V_SHAPE_CHAIN = SCALE // 8  # chain share for V-shaped schedules: chunk 0 (½ the layers) × forward (≥ ¼)
 HORIZON_US = 10**11  # ~28 hours: larger than any step, small enough that scaled sums stay in int64
 
 
@@ -102,7 +103,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     # schedules, 1/v interleaved, 1/3 zero-bubble (the part of a stage's work on that chain).
     # k = the LM-head stage (last): Σ_{s<k} t_s ≥ (L − head_layers)·c_min. k = the last regular stage
     # (whole pipelines, pp ≥ 2; the layer split trims the first stages, so it holds layers[b]):
-    # Σ_{s<k} t_s ≥ (L − head_layers − layers)·c_min. V-shaped schedules get m·t_max only.
+    # Σ_{s<k} t_s ≥ (L − head_layers − layers)·c_min. V-shaped schedules: only the chunk-0 forward chain.
     layers_total = instance.job.model_spec.layers
     fastest = _new(model, "fastest_layer_us")
     model.AddMinEquality(fastest, per_layer_times)
@@ -132,6 +133,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
+            # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
+            # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W).
+            for b in range(len(buildings)):
+                for mode_lit in not_pp:
+                    model.Add(SCALE * pipeline >= SCALE * m_regular + V_SHAPE_CHAIN * before_last_regular[b]
+                              ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
         model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
