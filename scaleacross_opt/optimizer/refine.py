@@ -111,6 +111,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     best: Candidate | None = None
     hint: dict[int, int] | None = None
     ratios: list[float] = []
+    examined: set[str] = set()
     for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
         assignment = plan_assignment(pv, start_plan)
         if assignment is None:
@@ -120,6 +121,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         if bound_us is None or validate_plan(plan, pv.instance):
             continue
         bound = bound_us * US
+        examined.add(plan.model_dump_json())
         report = simulate(pv.instance, plan)
         stats.candidates_simulated += 1
         add_nogood(pv.model, assignment)
@@ -157,11 +159,20 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
             break
         found = _best_distinct(recorder.found, top_k)
-        bounds = [(plan_bound_us(pv, assignment, seed, deadline) or 0) * US for assignment in found]
+        # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
+        # is its canonical assignment's, and every assignment of an examined plan is cut off.
+        plans = [extract_plan(pv, Values(_Snapshot(assignment))) for assignment in found]
+        canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
+        bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US for c in canonical]
         stats.cpsat_wall_s += time.perf_counter() - t0
-        for assignment, plan_bound in zip(found, bounds, strict=True):
+        for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
             add_nogood(pv.model, assignment)
-            plan = extract_plan(pv, Values(_Snapshot(assignment)))
+            if same != assignment:
+                add_nogood(pv.model, same)
+            key = plan.model_dump_json()
+            if key in examined:
+                continue
+            examined.add(key)
             problems = validate_plan(plan, pv.instance)
             if problems:
                 stats.candidates_rejected += 1
