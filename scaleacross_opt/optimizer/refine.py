@@ -1,14 +1,15 @@
 """Simulator-in-the-loop refinement around the CP-SAT model.
 
-Each round:
+Start plans (the production heuristic) are simulated first and cut off. Then each round:
 1. *Bound*: solve the model (parallel portfolio). Its optimum V is a lower bound on the step of every
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
    is no better than the best simulated plan, that plan is optimal for the simulator.
 3. *Candidates*: the ``top_k`` best distinct plans among the solve's improving solutions (its optimum
    first). When the search converges the answer does not depend on which ties a round met first.
-4. *Feed back*: every candidate is checked by the independent validator and simulated, and cut off
-   in the model with a no-good, so the next round's V bounds only unexamined plans.
+4. *Feed back*: every candidate is checked by the independent validator and simulated (once per
+   plan), its exact bound is computed (its decisions fixed), and it is cut off in the model with a
+   no-good, so the next round's V bounds only unexamined plans.
 """
 
 from __future__ import annotations
