@@ -113,6 +113,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     hint: dict[int, int] | None = None
     ratios: list[float] = []
     examined: set[str] = set()
+    starved = False  # the last round's share of time found no solution
     for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
         assignment = plan_assignment(pv, start_plan)
         if assignment is None:
@@ -141,11 +142,18 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         pv.model.ClearHints()
         for index, value in sorted((hint or {}).items()):
             pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
-        # A round gets a share of the time left, so a slow proof still leaves rounds for simulation.
-        solver = _solver(seed, WORKERS, min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE)))
+        # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
+        # round that found nothing in its share is retried with all the time left.
+        share = remaining if starved else min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
+        solver = _solver(seed, WORKERS, share)
         recorder = _Improving(identity_vars(pv))
         status = solver.Solve(pv.model, recorder)
         stats.rounds += 1
+        if status == cp_model.UNKNOWN and not starved and share < remaining:
+            stats.cpsat_wall_s += time.perf_counter() - t0
+            starved = True
+            continue
+        starved = False
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             stats.cpsat_wall_s += time.perf_counter() - t0
             if status == cp_model.UNKNOWN:
