@@ -45,7 +45,7 @@ from scaleacross_opt.cost.report import BREAKDOWN_KEYS, StepReport
 from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s
 from scaleacross_opt.cost.workload import LinkShare, StepWorkload
 from scaleacross_opt.io import load_instance
-from scaleacross_opt.plan_defaults import even_layers, fill_defaults
+from scaleacross_opt.plan_defaults import dp_across_placement, even_layers, fill_defaults
 from scaleacross_opt.schedules import get_schedule, schedule_names
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.spec import (
@@ -196,19 +196,8 @@ def dp_across(instance: Instance, plan: Plan) -> Placement | None:
     buildings = instance.cluster.buildings
     if len(buildings) < 2:
         return None
-    replica = plan.tp * plan.cp * plan.pp
-    unit = max(1, plan.ep // plan.cp) if plan.ep % plan.cp == 0 else plan.ep
-    left, shares = plan.dp, []
-    for b in buildings:
-        fit = min(left, b.num_gpus // replica)
-        fit -= fit % unit
-        if fit > 0:
-            shares.append(BuildingShare(building=b.name, dp_replicas=fit, pp_stages=plan.pp))
-            left -= fit
-    if left or len(shares) < 2:
-        return None
-    layers = even_layers(instance.job.model_spec.layers, plan.pp)
-    return Placement(cross_building=CrossBuilding.DP, buildings=shares, layers_per_stage=layers)
+    placement = dp_across_placement(instance, plan)
+    return placement if placement is not None and len(placement.buildings) >= 2 else None
 
 
 def _peak(instance: Instance, building: str) -> float:

@@ -22,26 +22,37 @@ def even_layers(layers: int, pp: int) -> list[int]:
     return split
 
 
-def default_placement(instance: Instance, plan: Plan) -> Placement:
-    """A simple valid placement, or ValueError saying why none of the simple ones fits."""
+def dp_across_placement(instance: Instance, plan: Plan) -> Placement | None:
+    """Whole replicas per building, filled greedily in cluster order (EP groups kept whole), with an
+    even layer split; None when they do not all fit."""
     replica_gpus = plan.tp * plan.cp * plan.pp
-    buildings = instance.cluster.buildings
-    layers = even_layers(instance.job.model_spec.layers, plan.pp)
     ep_unit = max(1, plan.ep // plan.cp) if plan.ep % plan.cp == 0 else plan.ep
-    for building in buildings:
-        if building.num_gpus >= plan.num_gpus:
-            share = BuildingShare(building=building.name, dp_replicas=plan.dp, pp_stages=plan.pp)
-            return Placement(cross_building=CrossBuilding.NONE, buildings=[share], layers_per_stage=layers)
     shares: list[BuildingShare] = []
     left = plan.dp
-    for building in buildings:
+    for building in instance.cluster.buildings:
         fit = min(left, building.num_gpus // replica_gpus)
         fit -= fit % ep_unit
         if fit > 0:
             shares.append(BuildingShare(building=building.name, dp_replicas=fit, pp_stages=plan.pp))
             left -= fit
-    if left == 0:
-        return Placement(cross_building=CrossBuilding.DP, buildings=shares, layers_per_stage=layers)
+    if left:
+        return None
+    layers = even_layers(instance.job.model_spec.layers, plan.pp)
+    return Placement(cross_building=CrossBuilding.DP, buildings=shares, layers_per_stage=layers)
+
+
+def default_placement(instance: Instance, plan: Plan) -> Placement:
+    """A simple valid placement, or ValueError saying why none of the simple ones fits."""
+    replica_gpus = plan.tp * plan.cp * plan.pp
+    buildings = instance.cluster.buildings
+    layers = even_layers(instance.job.model_spec.layers, plan.pp)
+    for building in buildings:
+        if building.num_gpus >= plan.num_gpus:
+            share = BuildingShare(building=building.name, dp_replicas=plan.dp, pp_stages=plan.pp)
+            return Placement(cross_building=CrossBuilding.NONE, buildings=[share], layers_per_stage=layers)
+    dp_across = dp_across_placement(instance, plan)
+    if dp_across is not None:
+        return dp_across
     stage_gpus = plan.tp * plan.cp * plan.dp
     capacity = [b.num_gpus // stage_gpus for b in buildings]
     if sum(capacity) >= plan.pp:
