@@ -14,6 +14,8 @@ Defaults for cells a source leaves blank (documented, never tuned to a row):
 - dims of named models from their public configs (MODELS below), ffn 4h for GPT-style rows;
 - micro-batch for torchtitan = local batch (from the notes) ÷ micro-batches, which torchtitan sets to
   the number of pipeline stages (``pipeline_parallel_microbatches`` default); no PP → one micro-batch;
+- DP gradient sync: Megatron-LM 2021/2022 all-reduce after the backward (``--overlap-grad-reduce`` came
+  in Sept 2023, NVIDIA/Megatron-LM#391), every other framework overlaps it with the backward;
 - ZeRO: Megatron-LM 2021/2022 none (0), NeMo/Nemotron distributed optimizer (1), DeepSpeed ZeRO-3 and
   torchtitan FSDP (3); recompute blank → none; schedule 1F1B, interleaved 1F1B when v > 1;
 - torchtitan's "selective" AC (per-op SAC or every other layer) stores far less than Korthikanti's
@@ -50,6 +52,7 @@ from scaleacross_opt.spec import (
     CollectiveAlgorithm,
     CongestionControl,
     CrossBuilding,
+    DpSync,
     GpuSpec,
     Instance,
     Job,
@@ -221,7 +224,7 @@ def build_case(row: dict[str, str]) -> Case:
     plan = Plan(
         tp=tp, cp=cp, pp=pp, dp=dp, virtual_stages=v, micro_batch_size=mb,
         schedule="interleaved-1f1b" if v > 1 else "1f1b", recompute=_recompute(row["recompute"], framework),
-        zero_stage=zero,
+        zero_stage=zero, dp_sync=DpSync.AFTER_BACKWARD if framework == "Megatron-LM" else DpSync.OVERLAP_BACKWARD,
         placement=Placement(
             cross_building=CrossBuilding.NONE, buildings=[BuildingShare(building="dc", dp_replicas=dp, pp_stages=pp)],
             layers_per_stage=even_layers(model.layers, pp),

@@ -93,7 +93,7 @@ def synthetic(pp: int, m: int, t_f: float, t_b: float) -> StepWorkload:
     link = LinkShare("a", "a", 1e30, 0.0)
     return StepWorkload(
         schedule="1f1b", pp=pp, virtual_stages=1, num_microbatches=m, groups=(group,), p2p_bytes=1.0,
-        links={("a", "a"): link}, dp_sync_s=np.zeros((pp, 1)), optimizer_s=0.0,
+        links={("a", "a"): link}, dp_sync_s=np.zeros((pp, 1)), dp_overlap_fraction=0.8, optimizer_s=0.0,
         exposed_comm_s={"tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0},
     )
 

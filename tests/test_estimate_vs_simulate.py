@@ -153,6 +153,21 @@ def test_dp_exposure_agrees_when_stage_0_dominates(compare: Callable[..., Compar
     assert sim_dp < dp_without_bucketing(workload)
 
 
+@pytest.mark.parametrize("name", [SINGLE, CAMPUS])
+def test_dp_sync_after_backward_exposes_the_unbucketed_sync(compare: Callable[..., Compared], name: str) -> None:
+    """dp_sync = after-backward: no bucketing credit in either model, so both expose the sync less the
+    drain of earlier stages, which is more than the overlapped plan exposes."""
+    tp, pp, dp = {SINGLE: (8, 4, 64), CAMPUS: (8, 4, 384)}[name]
+    fields = {"tp": tp, "pp": pp, "dp": dp, "micro_batch_size": 1, "schedule": "1f1b"}
+    _, est, sim, workload = compare(name, dp_sync="after-backward", **fields)
+    _, est_overlap, sim_overlap, _ = compare(name, **fields)
+    assert workload.dp_overlap_fraction == 0.0
+    assert est.breakdown["exposed_dp_s"] == pytest.approx(dp_without_bucketing(workload), rel=1e-9)
+    assert sim.breakdown["exposed_dp_s"] == pytest.approx(dp_without_bucketing(workload), rel=0.02)
+    assert est.breakdown["exposed_dp_s"] > est_overlap.breakdown["exposed_dp_s"]
+    assert sim.breakdown["exposed_dp_s"] > sim_overlap.breakdown["exposed_dp_s"]
+
+
 # ------------------------------------------------------------------------------------------------
 # Direction of known differences
 # ------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from ..spec.cluster import Building
 from ..spec.instance import Instance
 from ..spec.job import Precision
 from ..spec.network import CollectiveAlgorithm, TrafficClassConfig
-from ..spec.plan import Plan
+from ..spec.plan import DpSync, Plan
 from .collectives import Collective, Level, all_to_all_s, collective_s, hierarchical_s, ring_half_s
 from .compute import (
     LayerKind,
@@ -351,6 +351,7 @@ def build_workload(instance: Instance, plan: Plan) -> StepWorkload:
         p2p_bytes=p2p_bytes,
         links=_pp_links(instance, plan, maps),
         dp_sync_s=dp_sync,
+        dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION if plan.dp_sync is DpSync.OVERLAP_BACKWARD else 0.0,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
     )
@@ -400,10 +401,11 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
 
 
-def exposed_dp_s(workload: StepWorkload, group: PipelineGroup,
-                 overlap_fraction: float = co.DP_BACKWARD_OVERLAP_FRACTION) -> float:
+def exposed_dp_s(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float | None = None) -> float:
     """DP sync not hidden: stage s syncs after its last backward, hidden behind the drain of earlier stages
-    (Σ_{s'<s} B_s') and ``overlap_fraction`` of its own last backward (bucketing; 0 = no bucketing)."""
+    (Σ_{s'<s} B_s') and ``overlap_fraction`` (default: the plan's) of its own last backward (bucketing)."""
+    if overlap_fraction is None:
+        overlap_fraction = workload.dp_overlap_fraction
     bwd = group.bwd_s.sum(axis=1)
     drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
     window = drain + overlap_fraction * bwd

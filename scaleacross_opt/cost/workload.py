@@ -63,6 +63,7 @@ class StepWorkload:
     p2p_bytes: float  # activation (forward) or activation-gradient (backward) bytes per micro-batch per boundary
     links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
     dp_sync_s: np.ndarray  # (pp, v): exposed-if-alone time to sync one chunk's gradients across DP
+    dp_overlap_fraction: float  # part of a chunk's last backward its gradient sync may overlap (0: after it)
     optimizer_s: float  # optimizer step (after all gradient syncs)
     # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd
     exposed_comm_s: dict[str, float]

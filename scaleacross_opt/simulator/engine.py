@@ -15,9 +15,9 @@ transfers on it; inside a building every directed stage pair is its own resource
 a non-blocking fabric) with the (b, b) path's bandwidth. Groups are independent (each LinkShare is
 already one replica's share); they meet only in DP gradient sync: for each stage, chunk syncs run
 serialised on the stage's DP stream, each starting once that chunk's gradient buckets start to be
-ready in every group — ``DP_BACKWARD_OVERLAP_FRACTION`` of the chunk's last backward op (W if split,
-else B) before it ends (bucketed reduce, PyTorch DDP / Megatron overlap_grad_reduce) — in order of
-readiness. The optimizer step follows the last sync.
+ready in every group — ``workload.dp_overlap_fraction`` of the chunk's last backward op (W if split,
+else B) before it ends (bucketed reduce, PyTorch DDP / Megatron overlap_grad_reduce; 0 for a plan whose
+sync follows the backward) — in order of readiness. The optimizer step follows the last sync.
 
 Design (fastest exact method, per group):
 
@@ -42,7 +42,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..catalog import coefficients as co
 from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
@@ -235,7 +234,7 @@ def simulate_workload(workload: StepWorkload) -> SimResult:
     graph = op_graph(workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
     groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
     pipeline_end = max(g.makespan_s for g in groups)
-    overlap = co.DP_BACKWARD_OVERLAP_FRACTION
+    overlap = workload.dp_overlap_fraction
     ready = np.max([g.end[graph.last_backward] - overlap * (g.end[graph.last_backward] - g.start[graph.last_backward])
                     for g in groups], axis=0)  # (pp, v)
     dp_start, dp_end = _dp_sync(ready, np.asarray(workload.dp_sync_s, dtype=np.float64))

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..catalog import coefficients as co
 from ..cost.workload import LinkShare, PipelineGroup, StepWorkload
 
 
@@ -33,5 +34,6 @@ def uniform_workload(
     )
     return StepWorkload(
         schedule=schedule, pp=pp, virtual_stages=v, num_microbatches=m, groups=groups, p2p_bytes=p2p_bytes,
-        links=links, dp_sync_s=np.full(shape, dp_sync_s), optimizer_s=optimizer_s, exposed_comm_s={},
+        links=links, dp_sync_s=np.full(shape, dp_sync_s), dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION,
+        optimizer_s=optimizer_s, exposed_comm_s={},
     )

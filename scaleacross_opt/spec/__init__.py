@@ -14,10 +14,10 @@ from .network import (
     TrafficClass,
     TrafficClassConfig,
 )
-from .plan import BuildingShare, CrossBuilding, Placement, Plan, Recompute
+from .plan import BuildingShare, CrossBuilding, DpSync, Placement, Plan, Recompute
 
 __all__ = [
-    "Building", "BuildingShare", "Cluster", "CollectiveAlgorithm", "CongestionControl", "CrossBuilding",
+    "Building", "BuildingShare", "Cluster", "CollectiveAlgorithm", "CongestionControl", "CrossBuilding", "DpSync",
     "GpuSpec", "Instance", "Job", "Link", "LoadBalancing", "LossRecovery", "ModelSpec", "MoeSpec",
     "NetworkConfig", "Placement", "Plan", "Precision", "Recompute", "Route", "SearchSpace", "TrafficClass",
     "TrafficClassConfig",

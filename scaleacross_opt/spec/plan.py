@@ -31,6 +31,16 @@ class CrossBuilding(StrEnum):
     PP_DP = "pp+dp"  # buildings form groups; pipelines span the buildings of a group
 
 
+class DpSync(StrEnum):
+    """When a stage's data-parallel gradient sync starts."""
+
+    # Bucketed: buckets reduce while the stage's last backward still runs (PyTorch DDP, Megatron-Core
+    # --overlap-grad-reduce, FSDP). Never slower than AFTER_BACKWARD in this model, so the optimizer uses it.
+    OVERLAP_BACKWARD = "overlap-backward"
+    # One sync after the stage's last backward (Megatron-LM before --overlap-grad-reduce, Sept 2023).
+    AFTER_BACKWARD = "after-backward"
+
+
 class BuildingShare(StrictModel):
     """The part of the GPU grid one building holds: ``pp_stages`` consecutive stages of ``dp_replicas``."""
 
@@ -66,6 +76,9 @@ class Plan(StrictModel):
     schedule: str = Field(description="Pipeline schedule name (see `scaleacross_opt.schedules`).")
     recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
     zero_stage: int = Field(default=1, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer, 2 +grads, 3 +weights.")
+    dp_sync: DpSync = Field(
+        default=DpSync.OVERLAP_BACKWARD, description="Whether DP gradient sync overlaps the last backward."
+    )
     placement: Placement | None = Field(default=None, description="Mapping onto buildings; default filled in.")
     network: NetworkConfig | None = Field(default=None, description="Network settings; default from the catalog.")
 
