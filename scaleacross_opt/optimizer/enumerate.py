@@ -4,6 +4,7 @@ planner is checked against, and the exhaustive-search baseline.
 Enumerates exactly the plans the CP-SAT model can express — degrees, schedule, per-building counts,
 every layer split of its family (per-building stage sizes and the LM-head stage; the excess over the
 model's layers, less than the number of other stages, trimmed one layer each from the first stages),
+pp+dp groupings (every partition into groups, stage and replica splits, one even layer split),
 network settings — with the same
 pins for settings that cannot matter (cross-building settings when nothing crosses, the cross
 algorithm unless DP crosses, the schedule when pp = 1). Structural rules are applied here; memory
@@ -81,6 +82,9 @@ def _placements(instance: Instance, mode: CrossBuilding, tp: int, cp: int, pp: i
                 yield build_placement(mode, names, replicas, stages, [even] * len(names), head, head_stage,
                                       layers, v)
         return
+    if mode is CrossBuilding.PP_DP:
+        yield from _group_placements(instance, tc, pp, dp, cp, ep, v, head_stage)
+        return
     caps = [b.num_gpus // (dp * tc) for b in buildings]
     if dp * cp % ep:
         return
@@ -90,6 +94,45 @@ def _placements(instance: Instance, mode: CrossBuilding, tp: int, cp: int, pp: i
         for per, head in _pp_splits(layers, stages, head_index, v):
             replicas = [dp if s else 0 for s in stages]
             yield build_placement(mode, names, replicas, stages, per, head, head_stage, layers, v)
+
+
+def _partitions(n: int) -> Iterator[list[int]]:
+    """Group labels per building (−1: unused) in restricted-growth form: ≥ 2 groups, one of ≥ 2 buildings."""
+    for labels in product(range(-1, n - 1), repeat=n):
+        opened = -1
+        for label in labels:
+            if label > opened + 1:
+                break
+            opened = max(opened, label)
+        else:
+            sizes = [labels.count(g) for g in range(opened + 1)]
+            if opened >= 1 and max(sizes) >= 2:
+                yield list(labels)
+
+
+def _group_placements(instance: Instance, tc: int, pp: int, dp: int, cp: int, ep: int, v: int,
+                      head_stage: int) -> Iterator[Placement]:
+    """pp+dp: every partition of (some) buildings into groups, every stage split inside each group
+    (cluster order, ≥ 1 stage per building), every replica split over the groups; one even layer split."""
+    buildings = instance.cluster.buildings
+    names = [b.name for b in buildings]
+    layers = instance.job.model_spec.layers
+    for labels in _partitions(len(buildings)):
+        members = [[b for b, g in enumerate(labels) if g == group] for group in range(max(labels) + 1)]
+        splits = [[x for x in _compositions(pp, [pp] * len(m), len(m))] for m in members]
+        for group_replicas in _compositions(dp, [dp] * len(members), len(members)):
+            if any(r * cp % ep for r in group_replicas):
+                continue
+            for chosen in product(*splits):
+                stages, replicas = [0] * len(names), [0] * len(names)
+                for m, split, r in zip(members, chosen, group_replicas, strict=True):
+                    for b, s in zip(m, split, strict=True):
+                        stages[b], replicas[b] = s, r
+                if any(replicas[b] * stages[b] * tc > buildings[b].num_gpus for b in range(len(names))):
+                    continue
+                for even, head in _even_splits(layers, pp, v):
+                    yield build_placement(CrossBuilding.PP_DP, names, replicas, stages, [even] * len(names), head,
+                                          head_stage, layers, v, groups=[max(g, 0) for g in labels])
 
 
 def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
@@ -138,6 +181,6 @@ def _networks(mode, intra_algs, intra_transports, cross_algs, cross_transports) 
             yield NetworkConfig(intra_building=intra, cross_building=intra)
             continue
         transports = cross_transports[:1] if mode is CrossBuilding.NONE else cross_transports
-        algorithms = cross_algs if mode is CrossBuilding.DP else cross_algs[:1]
+        algorithms = cross_algs if mode in (CrossBuilding.DP, CrossBuilding.PP_DP) else cross_algs[:1]
         for cross_alg, cross_transport in product(algorithms, transports):
             yield NetworkConfig(intra_building=intra, cross_building=cross_transport.with_algorithm(cross_alg))

@@ -35,20 +35,25 @@ def materialize_layers(stages: list[int], max_layers: list[int], total_layers: i
 
 def build_placement(mode: CrossBuilding, names: list[str], replicas: list[int], stages: list[int],
                     max_layers: list[int], head_layers: int, head_stage: int, total_layers: int,
-                    virtual_stages: int) -> Placement:
+                    virtual_stages: int, groups: list[int] | None = None) -> Placement:
     """The placement for per-building counts (buildings with no share are left out).
 
     ``mode`` dp/none: every used building holds whole pipelines (``stages[b]`` = pp) and one layer
     split applies to all; pp: every used building holds ``stages[b]`` stages of all replicas, in
-    cluster order. ``head_stage`` (the schedule's LM-head stage) holds ``head_layers``.
+    cluster order; pp+dp: building b is in pipeline group ``groups[b]`` and holds ``stages[b]`` stages
+    of that group's replicas, the group's buildings chained in cluster order, with one layer split for
+    all. ``head_stage`` (the schedule's LM-head stage) holds ``head_layers``.
     """
     used = [b for b in range(len(names)) if replicas[b] > 0 and stages[b] > 0]
-    shares = [BuildingShare(building=names[b], dp_replicas=replicas[b], pp_stages=stages[b]) for b in used]
+    shares = [BuildingShare(building=names[b], dp_replicas=replicas[b], pp_stages=stages[b],
+                            group=groups[b] if mode is CrossBuilding.PP_DP and groups else 0) for b in used]
     if mode is CrossBuilding.PP:
         layers = materialize_layers([stages[b] for b in used], [max_layers[b] for b in used], total_layers,
                                     virtual_stages, head_layers, head_stage)
     else:
-        first = used[0]
-        layers = materialize_layers([stages[first]], [max(max_layers[b] for b in used)], total_layers,
-                                    virtual_stages, head_layers, head_stage)
+        first_group = [b for b in used if mode is not CrossBuilding.PP_DP or groups[b] == groups[used[0]]]
+        pp = stages[used[0]] if mode is not CrossBuilding.PP_DP else sum(stages[b] for b in first_group)
+        layers = materialize_layers([pp],
+                                    [max(max_layers[b] for b in used)], total_layers, virtual_stages,
+                                    head_layers, head_stage)
     return Placement(cross_building=mode, buildings=shares, layers_per_stage=layers)

@@ -141,6 +141,8 @@ def design_space(instance: Instance) -> DesignSpace:
     cross = [CrossBuilding.NONE] if fits_one else []
     if multi:
         cross += [CrossBuilding.DP, CrossBuilding.PP]
+    if len(instance.cluster.buildings) >= 3:  # two groups, one spanning two buildings
+        cross.append(CrossBuilding.PP_DP)
     return DesignSpace(
         tp=tuple(_restrict(tp, search.tp_degrees)),
         cp=tuple(_restrict(cp, search.cp_degrees or list(DEFAULT_CP))),

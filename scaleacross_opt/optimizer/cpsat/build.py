@@ -22,7 +22,7 @@ def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) ->
     in_flight = add_degree_constraints(pv)
     products = add_placement_constraints(pv)
     add_memory_constraints(pv, coeffs, in_flight, products["layers_pp"])
-    step = add_objective(pv, coeffs, products["layers_pp"])
+    step = add_objective(pv, coeffs, products)
     fix_irrelevant_choices(pv)
     model.Minimize(step)
     return pv

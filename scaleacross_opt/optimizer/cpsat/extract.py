@@ -20,6 +20,10 @@ class Values:
         """Value of an integer variable."""
         return int(self._source.Value(var))
 
+    def bool(self, lit: cp_model.IntVar) -> bool:
+        """Value of a Boolean variable."""
+        return bool(self._source.BooleanValue(lit))
+
     def chosen(self, choice: OneHot):
         """Chosen value of a one-hot."""
         return next(v for v, lit in zip(choice.values, choice.lits, strict=True) if self._source.BooleanValue(lit))
@@ -35,7 +39,8 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     placement = build_placement(
         mode, names, [values.int(v) for v in pv.replicas], [values.int(v) for v in pv.stages],
         [values.int(v) for v in pv.layers], values.int(pv.head_layers),
-        get_schedule(schedule).head_stage(values.chosen(pv.pp), virtual), instance.job.model_spec.layers, virtual)
+        get_schedule(schedule).head_stage(values.chosen(pv.pp), virtual), instance.job.model_spec.layers, virtual,
+        groups=[next((g for g, lit in enumerate(row) if values.bool(lit)), 0) for row in pv.member])
     intra = values.chosen(pv.intra_transport).with_algorithm(values.chosen(pv.intra_algorithm))
     if pv.cross_transport is not None and pv.cross_algorithm is not None:
         cross = values.chosen(pv.cross_transport).with_algorithm(values.chosen(pv.cross_algorithm))
@@ -56,7 +61,7 @@ def identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
                    pv.intra_transport, pv.cross_algorithm, pv.cross_transport):
         if choice is not None:
             out += choice.lits
-    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.head_layers]
+    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.head_layers, *(lit for row in pv.member for lit in row)]
 
 
 def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
@@ -78,7 +83,7 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     """Break symmetry: settings that cannot affect a plan's cost are pinned to their first option.
 
     Cross-building network settings matter only when something crosses; the cross-building
-    collective algorithm only when DP crosses; with one pipeline stage every schedule runs the same
+    collective algorithm only when DP crosses (dp, pp+dp); with one pipeline stage every schedule runs the same
     ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations.
     """
     model = pv.model
@@ -92,7 +97,7 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True):
         if mode is CrossBuilding.NONE:
             model.Add(pv.cross_transport.lits[0] == 1).OnlyEnforceIf(lit)
-        if mode is not CrossBuilding.DP:
+        if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP):
             model.Add(pv.cross_algorithm.lits[0] == 1).OnlyEnforceIf(lit)
 
 
@@ -148,9 +153,20 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         else:
             replicas, stages = share.dp_replicas, share.pp_stages
             own = range(first_stage[name], first_stage[name] + stages)
+            if plan.placement.cross_building is CrossBuilding.PP_DP:
+                own = range(plan.pp)  # one even split for every group
             ell = max(layers[i] for i in own)  # trimming may leave the head stage the largest
         values[pv.replicas[b].Index()] = replicas
         values[pv.stages[b].Index()] = stages
         values[pv.layers[b].Index()] = ell
     values[pv.head_layers.Index()] = layers[head_stage]
+    in_cluster_order = sorted(plan.placement.buildings, key=lambda share: pv.buildings.index(share.building))
+    if [s.building for s in in_cluster_order] != order and plan.placement.cross_building is CrossBuilding.PP_DP:
+        return None  # the model chains a group's buildings in cluster order
+    group_of = {group: g for g, group in enumerate(dict.fromkeys(share.group for share in in_cluster_order))}
+    for b, name in enumerate(pv.buildings):
+        share = shares.get(name)
+        for g, lit in enumerate(pv.member[b]):
+            inside = plan.placement.cross_building is CrossBuilding.PP_DP and share is not None
+            values[lit.Index()] = int(inside and group_of[share.group] == g)
     return values

@@ -6,12 +6,12 @@ the LM-head stage: t_head = head_layers·c_b + LM head; t_max = max(t_b, t_head)
 pipeline ≥ m·t_max + bubble + hops, with
   bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
-  hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across): the first micro-batch's forward and
-  the last one's backward traverse every boundary;
+  hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across; pp+dp: the fewest boundaries of any
+  group's pipeline): the first micro-batch's forward and the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of fp32 gradients): intra ≥ the first stage's bytes per GPU · cost per byte;
-cross (dp across) ≥ whole-gradient bytes · cost per byte + latency steps (ring dp−1, tree/pat
-⌈log2 dp⌉, hierarchical #buildings−1);
+cross (dp across; pp+dp leaves it out: its syncs spread over several routes) ≥ whole-gradient bytes ·
+cost per byte + latency steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
 overlap with that chunk's last backward.
 step ≥ pipeline + exposed DP + optimizer.
@@ -69,12 +69,24 @@ def _is_pp_mode(pv: PlanVars) -> cp_model.IntVar | None:
     return pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
 
 
-def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.IntVar]) -> cp_model.IntVar:
+def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[cp_model.IntVar]]
+                  ) -> cp_model.IntVar:
     """Post the step-time terms; returns the step variable (µs), also stored in ``pv.terms``."""
     model, instance = pv.model, pv.instance
+    layers_pp, group_head = products["layers_pp"], products["group_head"]
     buildings = instance.cluster.buildings
     pp_mode = _is_pp_mode(pv)
-    not_pp = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.PP]
+    pp_dp = pv.mode.lit(CrossBuilding.PP_DP) if CrossBuilding.PP_DP in pv.mode.values else None
+    whole = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # whole pipelines per building
+             if mode not in (CrossBuilding.PP, CrossBuilding.PP_DP)]
+
+    head_only = []  # pp+dp: building b holds nothing but its group's LM-head stage
+    if pp_dp is not None:
+        for b, building in enumerate(buildings):
+            flag = model.NewBoolVar(f"group_head_only[{building.name}]")
+            model.AddBoolAnd([pp_dp, group_head[b], products["only_head"][b]]).OnlyEnforceIf(flag)
+            model.AddBoolOr([pp_dp.Not(), group_head[b].Not(), products["only_head"][b].Not(), flag])
+            head_only.append(flag)
 
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times = []
@@ -87,12 +99,18 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
         per_layer = _new(model, f"layer_us[{building.name}]", max(weights))
         model.Add(per_layer == pv.shape.linear(weights))
         t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
-        model.Add(t_reg >= t_b)
+        if pp_dp is None:
+            model.Add(t_reg >= t_b)
+        else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
+            model.Add(t_reg >= t_b).OnlyEnforceIf(head_only[b].Not())
         per_layer_times.append(per_layer)
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
         t_head = _product(model, f"head_stage_layers_us[{building.name}]", pv.head_layers, per_layer)
-        conditions = [[pv.used[b]]] if pp_mode is None else [[pv.used[b], pv.head[b]]] + [
-            [pv.used[b], lit] for lit in not_pp]
+        conditions = [[pv.used[b], lit] for lit in whole]
+        if pp_mode is not None:
+            conditions.append([pv.used[b], pv.head[b], pp_mode])
+        if pp_dp is not None:
+            conditions.append([pv.used[b], group_head[b], pp_dp])
         for condition in conditions:
             model.Add(t_head_max >= t_head + head).OnlyEnforceIf(condition)
     model.Add(t_max >= t_head_max)
@@ -121,10 +139,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
     model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
-    if pp_mode is not None and pv.cross_transport is not None:
+    if (pp_mode is not None or pp_dp is not None) and pv.cross_transport is not None:
+        # every group's first forward and last backward cross its pipeline's building boundaries; all
+        # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)
         cross_hops = _new(model, "cross_hops_us")
         for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
             hop = coeffs.cross_hop_us[transport]
+            if pp_dp is not None:
+                model.Add(cross_hops >= 2 * hop * pv.group_min_boundaries).OnlyEnforceIf([pp_dp, lit])
+            if pp_mode is None:
+                continue
             model.Add(cross_hops >= 2 * hop * (sum(pv.used) - 1)).OnlyEnforceIf([pp_mode, lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
@@ -136,14 +160,14 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, layers_pp: list[cp_model.I
             # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
             # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W).
             for b in range(len(buildings)):
-                for mode_lit in not_pp:
+                for mode_lit in whole:
                     model.Add(SCALE * pipeline >= SCALE * m_regular + V_SHAPE_CHAIN * before_last_regular[b]
                               ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
         model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
         for b in range(len(buildings)):
-            for mode_lit in not_pp:
+            for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
 
@@ -229,7 +253,8 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     all_several = model.NewBoolVar("every_building_holds_2_replicas")
     model.AddBoolAnd(several).OnlyEnforceIf(all_several)
     model.AddBoolOr([lit.Not() for lit in several]).OnlyEnforceIf(all_several.Not())
-    whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True) if mode is not CrossBuilding.DP]
+    whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)
+                   if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     # Latency steps of the reduce-scatter inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉.
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
         for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):

@@ -2,12 +2,17 @@
 
 - none: one building holds all dp replicas and all pp stages;
 - dp: each used building holds ``replicas[b]`` whole pipelines (Σ replicas = dp, ≥ 2 buildings);
-- pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings).
+- pp: each used building holds ``stages[b]`` stages of all replicas (Σ stages = pp, ≥ 2 buildings);
+- pp+dp: used buildings form ≥ 2 pipeline groups, at least one of ≥ 2 buildings; the buildings of group g
+  chain their ``stages[b]`` in cluster order (Σ = pp per group) and each holds the group's
+  ``group_replicas[g]`` (Σ_g = dp). Groups are numbered by their first building (restricted growth), so
+  each partition has one encoding.
 Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
 a building. Layers: every stage of building b holds ``layers[b]`` or one less (the excess over the
 model's layers, fewer than the other stages, is trimmed one layer each from the first stages), except
 the stage with the LM head (the last stage; the first for V-shaped schedules), which holds
-``head_layers`` ≤ ``layers[b]``. In none/dp modes one split (``even`` per stage) serves every building.
+``head_layers`` ≤ ``layers[b]``. In none/dp/pp+dp modes one split (``even`` per stage) serves every
+building (pp+dp groups may split their stages differently, so the per-stage layer list must be even).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             ranks = _product(model, f"epranks[{building.name}]", d, pv.cp_var, building.num_gpus)
             model.AddModuloEquality(0, ranks, pv.ep_var)
         layer_slots.append(_product(model, f"slots[{building.name}]", s, ell, max_pp * total_layers))
-        pipeline_whole = [modes.lit(m) for m in modes.values if m is not CrossBuilding.PP]
+        pipeline_whole = [modes.lit(m) for m in modes.values if m not in (CrossBuilding.PP, CrossBuilding.PP_DP)]
         if pipeline_whole:
             whole = model.NewBoolVar(f"whole[{building.name}]")
             model.AddBoolOr(pipeline_whole).OnlyEnforceIf(whole)
@@ -67,7 +72,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.AddBoolAnd([pv.used[b], *[u.Not() for u in others]]).OnlyEnforceIf([pv.head[b], side])
             model.AddBoolOr([pv.used[b].Not(), *others, pv.head[b]]).OnlyEnforceIf(side)
     model.AddExactlyOne(pv.head)
-    head_slots = []
+    group_head = _add_groups(pv, v_shape)
+    head_slots, only_heads = [], []
     for b, building in enumerate(buildings):
         chosen = model.NewIntVar(0, total_layers, f"head_building_layers[{building.name}]")
         model.Add(chosen == pv.layers[b]).OnlyEnforceIf(pv.head[b])
@@ -76,8 +82,10 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         only_head = model.NewBoolVar(f"only_head_stage[{building.name}]")  # no regular stage here
         model.Add(pv.stages[b] == 1).OnlyEnforceIf(only_head)
         model.Add(pv.stages[b] != 1).OnlyEnforceIf(only_head.Not())
-        model.Add(pv.layers[b] == pv.head_layers).OnlyEnforceIf([only_head, pv.head[b]])
+        not_groups = [modes.lit(CrossBuilding.PP_DP).Not()] if CrossBuilding.PP_DP in modes.values else []
+        model.Add(pv.layers[b] == pv.head_layers).OnlyEnforceIf([only_head, pv.head[b], *not_groups])
         head_slots.append(chosen)
+        only_heads.append(only_head)
     model.Add(pv.head_layers >= pv.virtual_var)
     # the other stages keep at least v layers each (the split can always be trimmed to the model's layers)
     chunks = _product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * max(v for _, v in pv.schedule_chunks.values))
@@ -88,6 +96,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(n_used == 1).OnlyEnforceIf(lit)
             for b in range(n_b):
                 model.Add(pv.replicas[b] == pv.dp_var).OnlyEnforceIf([lit, pv.used[b]])
+        elif mode is CrossBuilding.PP_DP:
+            model.Add(n_used >= 3).OnlyEnforceIf(lit)
         else:
             model.Add(n_used >= 2).OnlyEnforceIf(lit)
         if mode is CrossBuilding.DP:
@@ -112,7 +122,58 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
-    return {"layer_slots": layer_slots, "layers_pp": layers_pp}
+    return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads}
+
+
+def _add_groups(pv: PlanVars, v_shape: cp_model.IntVar) -> list[cp_model.IntVar]:
+    """pp+dp group structure; returns per building 'holds the LM-head stage of its group' (the group's
+    last building, its first for V-shaped schedules; false outside pp+dp)."""
+    model, member = pv.model, pv.member
+    n_b = len(pv.buildings)
+    if not pv.group_replicas:
+        return [model.NewConstant(0) for _ in range(n_b)]
+    lit = pv.mode.lit(CrossBuilding.PP_DP)
+    groups = range(len(pv.group_replicas))
+    nonempty = []
+    for g in groups:
+        flag = model.NewBoolVar(f"group_used[{g}]")
+        model.AddMaxEquality(flag, [member[b][g] for b in range(n_b)])
+        nonempty.append(flag)
+        model.Add(pv.group_replicas[g] == 0).OnlyEnforceIf(flag.Not())
+        model.Add(pv.group_replicas[g] >= 1).OnlyEnforceIf(flag)
+        stages_here = []
+        for b in range(n_b):
+            held = model.NewIntVar(0, max(pv.space.pp), f"group_stages[{pv.buildings[b]}][{g}]")
+            model.Add(held == pv.stages[b]).OnlyEnforceIf(member[b][g])
+            model.Add(held == 0).OnlyEnforceIf(member[b][g].Not())
+            model.Add(pv.replicas[b] == pv.group_replicas[g]).OnlyEnforceIf(member[b][g])
+            stages_here.append(held)
+            if g:  # restricted growth: group g opens only after group g − 1 has a building
+                model.AddBoolOr([member[c][g - 1] for c in range(b)] or [model.NewConstant(0)]).OnlyEnforceIf(
+                    member[b][g])
+        model.Add(sum(stages_here) == pv.pp_var).OnlyEnforceIf(flag)
+    for b in range(n_b):
+        model.Add(sum(member[b]) == pv.used[b]).OnlyEnforceIf(lit)
+        model.Add(sum(member[b]) == 0).OnlyEnforceIf(lit.Not())
+    # fewest cross-building boundaries on any group's pipeline (each group's size − 1; empty groups ignored)
+    spans = [sum(member[b][g] for b in range(n_b)) - 1 + n_b * (1 - nonempty[g]) for g in groups]
+    model.AddMinEquality(pv.group_min_boundaries, spans)
+    model.Add(sum(pv.group_replicas) == pv.dp_var).OnlyEnforceIf(lit)
+    model.Add(nonempty[1] == 1).OnlyEnforceIf(lit)
+    model.Add(sum(pv.used) >= sum(nonempty) + 1).OnlyEnforceIf(lit)  # some group spans two buildings
+    heads = []
+    for b in range(n_b):
+        head = model.NewBoolVar(f"group_head[{pv.buildings[b]}]")
+        ends = []
+        for g in groups:
+            for side, others in ((v_shape.Not(), range(b + 1, n_b)), (v_shape, range(b))):
+                end = model.NewBoolVar(f"group_end[{pv.buildings[b]}][{g}]")
+                model.AddBoolAnd([member[b][g], side, *[member[c][g].Not() for c in others]]).OnlyEnforceIf(end)
+                model.AddBoolOr([member[b][g].Not(), side.Not(), *[member[c][g] for c in others], end])
+                ends.append(end)
+        model.AddMaxEquality(head, ends)
+        heads.append(head)
+    return heads
 
 
 def interchangeable(instance, a: int, b: int) -> bool:
@@ -134,11 +195,13 @@ def interchangeable(instance, a: int, b: int) -> bool:
 
 def _break_symmetry(pv: PlanVars) -> None:
     """Among consecutive interchangeable buildings, the earlier holds at least as many replicas (whole
-    pipelines per building) or stages (pp across)."""
+    pipelines per building) or stages (pp across); pp+dp is left to the group numbering."""
     modes = pv.mode
     for b in range(len(pv.buildings) - 1):
         if not interchangeable(pv.instance, b, b + 1):
             continue
         for mode, lit in zip(modes.values, modes.lits, strict=True):
+            if mode is CrossBuilding.PP_DP:  # positions in a group's chain matter; groups are ordered instead
+                continue
             counts = pv.stages if mode is CrossBuilding.PP else pv.replicas
             pv.model.Add(counts[b] >= counts[b + 1]).OnlyEnforceIf(lit)

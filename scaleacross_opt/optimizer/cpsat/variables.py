@@ -4,7 +4,8 @@ Every discrete choice is a one-hot set of literals (``OneHot``); integer degrees
 literals. Per building b: ``used[b]``, ``replicas[b]`` (DP replicas held), ``stages[b]`` (pipeline
 stages held), ``layers[b]`` (layers per stage there) and ``head[b]`` (b holds the stage with the LM
 head: the pipeline's last stage, or its first for V-shaped schedules); ``head_layers`` is that stage's
-layer count.
+layer count. pp+dp: ``member[b][g]`` (building b belongs to pipeline group g; groups are numbered in order of
+their first building) and ``group_replicas[g]`` (replicas of group g, held by each of its buildings).
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class PlanVars:
     layers: list[cp_model.IntVar]
     head: list[cp_model.IntVar]  # head[b]: building b holds the stage with the LM head
     head_layers: cp_model.IntVar  # layers of that stage
+    member: list[list[cp_model.IntVar]]  # pp+dp: member[b][g] building b is in pipeline group g (else empty)
+    group_replicas: list[cp_model.IntVar]  # pp+dp: replicas of group g (0 for an empty group)
+    group_min_boundaries: cp_model.IntVar  # pp+dp: fewest building boundaries on one group's pipeline
     terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
 
     @property
@@ -137,6 +141,8 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
     m_values = sorted({gbs // (d * b) for d in dp_values for b in space.micro_batch_sizes if gbs % (d * b) == 0})
     buildings = instance.cluster.buildings
     layers = instance.job.model_spec.layers
+    # pp+dp: at least two groups, one of them spanning two buildings, so at most #buildings − 1 groups
+    max_groups = len(buildings) - 1 if CrossBuilding.PP_DP in space.cross_building else 0
     virtual = model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted({v for _, v in chunks.values})), "v")
     model.Add(virtual == chunks.linear([v for _, v in chunks.values]))
     pv = PlanVars(
@@ -162,5 +168,8 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         layers=[model.NewIntVar(0, layers, f"layers[{b.name}]") for b in buildings],
         head=[model.NewBoolVar(f"head[{b.name}]") for b in buildings],
         head_layers=model.NewIntVar(1, layers, "head_layers"),
+        member=[[model.NewBoolVar(f"member[{b.name}][{g}]") for g in range(max_groups)] for b in buildings],
+        group_replicas=[model.NewIntVar(0, max(dp_values), f"group_replicas[{g}]") for g in range(max_groups)],
+        group_min_boundaries=model.NewIntVar(0, len(buildings), "group_min_boundaries"),
     )
     return pv
