@@ -42,6 +42,12 @@ RESTRICTED: dict[str, SearchSpace] = {
         schedules=["1f1b", "interleaved-1f1b", "crosspipe-unidirectional"], recompute=["full"], zero_stages=[1],
         collective_algorithms=["ring", "pat"], load_balancing=["ecmp"], congestion_control=["dcqcn", "receiver_driven"],
         loss_recovery=["go_back_n", "selective_repeat"], qps_per_connection=[1, 16], window_kib_per_qp=[4096, 65536]),
+    # three buildings: dp across or pipeline groups (pp+dp); pp alone cannot hold all replicas' stages
+    "three-buildings-campus-llama3-70b": SearchSpace(
+        tp_degrees=[8], cp_degrees=[1], pp_degrees=[4, 8, 16], micro_batch_sizes=[1], virtual_stages=[1, 2],
+        schedules=["1f1b", "interleaved-1f1b", "zb-h1"], recompute=["selective"], zero_stages=[1],
+        collective_algorithms=["ring"], load_balancing=["packet_spraying"], congestion_control=["receiver_driven"],
+        loss_recovery=["selective_repeat"], qps_per_connection=[4], window_kib_per_qp=[16384]),
     "hetero-h100-b200-llama3-405b": SearchSpace(
         tp_degrees=[8], cp_degrees=[1], pp_degrees=[5, 10, 20], micro_batch_sizes=[1], virtual_stages=[1],
         schedules=["1f1b", "zb-h1"], recompute=["selective", "full"], zero_stages=[1],

@@ -10,7 +10,7 @@ pipeline ≥ m·t_max + bubble + hops, with
   group's pipeline): the first micro-batch's forward and the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of fp32 gradients): intra ≥ the first stage's bytes per GPU · cost per byte;
-cross (dp across; pp+dp leaves it out: its syncs spread over several routes) ≥ whole-gradient bytes ·
+cross (dp or pp+dp across) ≥ whole-gradient bytes ·
 cost per byte + latency steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
 overlap with that chunk's last backward.
@@ -271,27 +271,33 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
                 model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
                                                                                      mode_lit])
     model.Add(dp_total >= intra + intra_latency)
-    if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
+    crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
+                if mode in pv.mode.values]
+    if not crossing or pv.cross_transport is None or pv.cross_algorithm is None:
         return dp_total
-    dp_mode = pv.mode.lit(CrossBuilding.DP)
     cross = _new(model, "dp_cross_us")
     # Reduce-scatter of the fp32 gradients over the dp·cp ranks (ZeRO-1/2 gather the weights during the
     # next forward): ring volume 2(n−1)/n × its n = 2 coefficient; (n−1) latency steps for a flat ring,
-    # ⌈log2 n⌉ for tree / PAT, (#buildings − 1) for the hierarchical outer ring.
+    # ⌈log2 n⌉ for tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's
+    # ring joins ≥ 2 groups). The cost model runs every stage's sync at once over one route (pp·tp flows),
+    # so under pp+dp the stages' gradients again add up to the whole model's on the best route.
     for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
         base = coeffs.model_grad_mib * coeffs.cross_us_per_mib[transport]
         hop = coeffs.cross_hop_us[transport]
         for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             steps = coeffs.cross_algorithm_steps[algorithm]
-            when = [dp_mode, lit, alg_lit]
-            if steps == "buildings":
-                model.Add(cross >= int(base) + hop * (sum(pv.used) - 1)).OnlyEnforceIf(when)
-                continue
-            for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
-                latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
-                model.Add(cross >= int(base * ring_factor(d)) + latency).OnlyEnforceIf([*when, d_lit])
+            for mode, mode_lit in crossing:
+                when = [mode_lit, lit, alg_lit]
+                if steps == "buildings":
+                    outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
+                    model.Add(cross >= int(base) + hop * outer).OnlyEnforceIf(when)
+                    continue
+                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                    latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
+                    model.Add(cross >= int(base * ring_factor(d)) + latency).OnlyEnforceIf([*when, d_lit])
     model.Add(dp_total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:
-        model.Add(dp_total >= intra + cross).OnlyEnforceIf([dp_mode, pv.cross_algorithm.lit(hierarchical)])
+        for _, mode_lit in crossing:
+            model.Add(dp_total >= intra + cross).OnlyEnforceIf([mode_lit, pv.cross_algorithm.lit(hierarchical)])
     return dp_total
