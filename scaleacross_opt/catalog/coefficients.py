@@ -52,6 +52,11 @@ DEFAULT_GPU_EFFICIENCY_FACTOR = 1.0
 # reports FP8 autocast GEMM speed-ups of 1.41x (current scaling) to 1.61x (delayed scaling) over BF16,
 # i.e. ~1.5x where the peak ratio is 2x: 1.5 / 2 = 0.75. Attention stays in BF16.
 FP8_GEMM_EFFICIENCY_RATIO = 0.75
+# FP8 jobs keep the output layer (LM head) in BF16: Megatron-Core's GPTModel.output_layer is a plain
+# tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast (which wraps the
+# TransformerBlock), torchtitan's Float8 converter skips it (module_filter_fn fqn != "output",
+# torchtitan/float8.py), and DeepSeek-V3 (arXiv 2412.19437 §3.3.1) keeps "the output head" in BF16/FP32.
+FP8_OUTPUT_LAYER = False
 
 # ---------------------------------------------------------------------------------------------------
 # Memory (cost.memory)
@@ -96,9 +101,17 @@ HBM_EFFICIENCY = 0.89
 # Communication overlap (cost.step)
 # ---------------------------------------------------------------------------------------------------
 
-# Fraction of TP (sequence-parallel) collectives hidden behind compute. Megatron-LM 2021/2022 and
-# default torchtitan do not overlap them (Korthikanti et al. 2022 §4.2.2 report them as exposed).
+# Fraction of TP (sequence-parallel) collectives hidden behind compute when the plan does not overlap
+# them (Plan.tp_comm_overlap False). Megatron-LM 2021/2022 and default torchtitan do not overlap them
+# (Korthikanti et al. 2022 §4.2.2 report them as exposed).
 TP_OVERLAP_FRACTION = 0.0
+# With Plan.tp_comm_overlap (Transformer Engine userbuffers, NeMo/Megatron-Core ``tp_comm_overlap``),
+# each TP all-gather / reduce-scatter is pipelined with the GEMM it feeds or follows; a forward
+# reduce-scatter is split into this many chunks, of which the last stays exposed (NeMo docs,
+# "Communication Overlap": "pipeline-overlap using chunks of reduce-scatter, which exposes one
+# reduce-scatter chunk"; NeMo's H100 userbuffers configs use PipelineOverlapCfg(num_splits=4) for
+# proj_fprop / fc2_fprop, nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py).
+TP_OVERLAP_RS_SPLITS = 4
 # Fraction of EP all-to-all hidden behind compute without a dedicated overlapping schedule.
 EP_OVERLAP_FRACTION = 0.0
 # Fraction of the last micro-batch's backward during which DP gradient buckets already sync
@@ -115,6 +128,11 @@ ZERO3_OVERLAP_FRACTION = 0.8
 # One-way latency across a building's fabric when Building.fabric_latency_us is None: half of the
 # 22 µs idle RTT measured on Meta's RoCE training fabric (Gangidi et al., SIGCOMM'24).
 DEFAULT_FABRIC_LATENCY_US = 11.0
+# Achieved fraction of NVLink line rate for NCCL collectives over NVLink (ring / all-gather /
+# reduce-scatter bus bandwidth): NCCL's protocol overhead is ~20 % — 370 GB/s busbw of the 450 GB/s
+# H100 line rate (NCCL maintainer, NVIDIA/nccl-tests#212); 8×A100 measure ~200–220 GB/s of 300
+# (NVIDIA/nccl-tests#149, #228), consistent with or slightly below it.
+NVLINK_PROTOCOL_EFFICIENCY = 0.8
 # Per-hop latency inside an NVLink domain (NVSwitch + NCCL protocol step), µs; NCCL's LL protocol
 # step latency on NVLink is a few µs (NCCL tuning model, src/graph/tuning.cc base latencies).
 NVLINK_LATENCY_US = 3.0

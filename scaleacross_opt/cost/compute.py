@@ -234,9 +234,11 @@ def lm_head_times(
     """LM head + cross-entropy: one T×h×V/tp matmul per pass, plus the logits' memory-bound softmax.
 
     Softmax/loss touch the fp32 logits LOGITS_BYTES_PER_ELEMENT bytes per entry in forward and again in
-    backward.
+    backward. FP8 jobs run the head at the BF16 rate unless FP8_OUTPUT_LAYER (frameworks keep it in BF16).
     """
     gemm = [Gemm(shard.tokens, model.vocab_size / shard.tp, model.hidden_size)]
+    if precision is Precision.FP8 and not co.FP8_OUTPUT_LAYER:
+        precision = Precision.BF16
     matmul = gemm_time_s(gemm, gpu, precision)
     softmax = (
         co.LOGITS_BYTES_PER_ELEMENT

@@ -3,8 +3,11 @@
 Communication per micro-batch and layer (per GPU; S_act = tokens·h·2 bytes, tokens = b·s/cp):
 
 - TP with sequence parallelism: 2 all-gathers + 2 reduce-scatters of S_act in forward and again in
-  backward (Korthikanti et al. 2022 §4.2.2), ring over NVLink when tp fits the node's NVLink domain,
-  else over the NIC; ``TP_OVERLAP_FRACTION`` of it hidden.
+  backward (Korthikanti et al. 2022 §4.2.2), ring over NVLink (at NVLINK_PROTOCOL_EFFICIENCY of line
+  rate) when tp fits the node's NVLink domain, else over the NIC; ``TP_OVERLAP_FRACTION`` of it hidden,
+  or, with ``Plan.tp_comm_overlap``, each collective pipelined with the GEMM it feeds (all-gather before
+  QKV / FC1) or follows (reduce-scatter after out-proj / FC2): exposed max(0, comm − GEMM), a forward
+  reduce-scatter at least its last of TP_OVERLAP_RS_SPLITS chunks (``tp_exposed_s``).
 - CP (ring attention): cp−1 exchanges of the K/V block (2·tokens·kv·2/tp bytes) in forward, twice that
   (K/V and their gradients) in backward, hidden behind the attention compute when shorter.
 - EP: all-to-all dispatch + combine of (tokens/tp)·top_k·h·2 bytes (each TP rank routes its sequence-
@@ -31,10 +34,12 @@ import numpy as np
 from ..catalog import coefficients as co
 from ..schedules.registry import get_schedule
 from ..spec.cluster import Building
+from ..spec.gpu import GpuSpec
 from ..spec.instance import Instance
 from ..spec.job import Precision
+from ..spec.model import ModelSpec
 from ..spec.network import CollectiveAlgorithm, TrafficClassConfig
-from ..spec.plan import DpSync, Plan
+from ..spec.plan import DpSync, Plan, Recompute
 from .collectives import Collective, Level, all_to_all_s, collective_s, hierarchical_s, ring_half_s
 from .compute import (
     LayerKind,
@@ -42,6 +47,8 @@ from .compute import (
     Shard,
     attention_times,
     embedding_times,
+    gemm_time_s,
+    layer_gemms,
     layer_times,
     lm_head_times,
     model_flops_per_step,
@@ -62,7 +69,9 @@ COMM_CLASSES = ("tp", "cp", "ep", "dp")  # keys of StepWorkload.exposed_comm_s (
 def nvlink_path(building: Building) -> Level:
     """One GPU's NVLink bandwidth (bytes/s, per direction) and per-step latency, as a collective level."""
     gpu = building.gpu_spec
-    return Level(1, gpu.nvlink_bandwidth_gb_per_s * 1e9, co.NVLINK_LATENCY_US * 1e-6)
+    return Level(
+        1, gpu.nvlink_bandwidth_gb_per_s * 1e9 * co.NVLINK_PROTOCOL_EFFICIENCY, co.NVLINK_LATENCY_US * 1e-6
+    )
 
 
 def fabric_path(building: Building, config: TrafficClassConfig) -> EffectivePath:
@@ -106,7 +115,12 @@ class _ChunkCost:
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
-    """Exposed TP/CP/EP seconds (fwd, bwd) of one layer for one micro-batch."""
+    """Exposed TP/CP/EP seconds (fwd, bwd) of one layer for one micro-batch.
+
+    Full recompute re-runs the forward inside the backward, collectives included (Megatron's
+    checkpointed forward re-issues its TP all-reduces / all-gathers), so its backward also pays the
+    forward's exposed communication.
+    """
     model, job = instance.job.model_spec, instance.job
     assert plan.network is not None
     intra = plan.network.intra_building
@@ -114,9 +128,12 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
     act = shard.tokens * model.hidden_size * 2
     out: dict[str, tuple[float, float]] = {}
     tp_link = _group_path(building, intra, plan.tp)
-    tp_fwd = 4 * ring_half_s(plan.tp, act, tp_link.bandwidth_bytes_per_s, tp_link.latency_s)
-    tp_fwd *= 1.0 - co.TP_OVERLAP_FRACTION
-    out["tp"] = (tp_fwd, tp_fwd)
+    collective = ring_half_s(plan.tp, act, tp_link.bandwidth_bytes_per_s, tp_link.latency_s)
+    if plan.tp_comm_overlap and plan.tp > 1:
+        out["tp"] = tp_exposed_s(collective, model, kind, shard, building.gpu_spec, job.precision)
+    else:
+        tp_fwd = 4 * collective * (1.0 - co.TP_OVERLAP_FRACTION)
+        out["tp"] = (tp_fwd, tp_fwd)
     cp_fwd = cp_bwd = 0.0
     if plan.cp > 1:
         cp_link = _group_path(building, intra, plan.tp * plan.cp)
@@ -134,7 +151,43 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         ep_fwd = 2 * all_to_all_s(plan.ep, routed, ep_link.bandwidth_bytes_per_s, ep_link.latency_s)
         ep_fwd *= 1.0 - co.EP_OVERLAP_FRACTION
     out["ep"] = (ep_fwd, ep_fwd)
+    if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
+        out = {name: (f, b + f) for name, (f, b) in out.items()}
     return out
+
+
+def tp_exposed_s(
+    collective_s: float, model: ModelSpec, kind: LayerKind, shard: Shard, gpu: GpuSpec, precision: Precision
+) -> tuple[float, float]:
+    """Exposed TP seconds (fwd, bwd) of one layer when each collective is pipelined with its GEMM.
+
+    Forward: the all-gathers before QKV and FC1 hide behind those GEMMs (ring-exchange overlap),
+    max(0, c − g); the reduce-scatters after the output projection and FC2 run chunk by chunk behind
+    them, exposing at least the last of TP_OVERLAP_RS_SPLITS chunks: max(c/n, c − g·(n−1)/n).
+    Backward: each collective overlaps an independent or chunked data-/weight-gradient GEMM of the same
+    linear (bulk / ring-exchange overlap), max(0, c − g). A MoE layer's expert GEMMs are grouped kernels
+    outside Transformer Engine's userbuffers overlap: its MLP all-gather and reduce-scatter stay exposed.
+    """
+    gemms = [gemm_time_s([g], gpu, precision) for g in layer_gemms(model, kind, shard)]
+    qkv, proj = gemms[0], gemms[1]
+    n = co.TP_OVERLAP_RS_SPLITS
+
+    def rs_fwd(g: float) -> float:
+        return max(collective_s / n, collective_s - g * (n - 1) / n)
+
+    def hidden(g: float) -> float:
+        return max(0.0, collective_s - g)
+
+    fwd = hidden(qkv) + rs_fwd(proj)
+    bwd = hidden(qkv) + hidden(proj)
+    if kind is LayerKind.DENSE:
+        fc1, fc2 = gemms[2], gemms[3]
+        fwd += hidden(fc1) + rs_fwd(fc2)
+        bwd += hidden(fc1) + hidden(fc2)
+    else:
+        fwd += 2 * collective_s
+        bwd += 2 * collective_s
+    return fwd, bwd
 
 
 def _chunk_cost(

@@ -79,6 +79,14 @@ class Plan(StrictModel):
     dp_sync: DpSync = Field(
         default=DpSync.OVERLAP_BACKWARD, description="Whether DP gradient sync overlaps the last backward."
     )
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description=(
+            "Overlap TP (sequence-parallel) all-gathers/reduce-scatters with the GEMMs they feed or follow "
+            "(Transformer Engine userbuffers; NeMo/Megatron-Core tp_comm_overlap). False: TP collectives "
+            "are exposed (Megatron-LM 2021/2022, default torchtitan)."
+        ),
+    )
     placement: Placement | None = Field(default=None, description="Mapping onto buildings; default filled in.")
     network: NetworkConfig | None = Field(default=None, description="Network settings; default from the catalog.")
 
