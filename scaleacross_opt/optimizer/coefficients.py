@@ -8,10 +8,11 @@ lower bound of what the simulator charges for the same plan.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
-from ..cost.compute import LayerKind, Shard, layer_times, lm_head_times
+from ..cost.compute import LayerKind, Shard, layer_kinds, layer_times, lm_head_times
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
 from ..cost.step import fabric_path, layer_comm
@@ -25,6 +26,7 @@ class Coefficients:
     """Cost-model numbers the CP-SAT model multiplies its decision variables by (µs, MiB)."""
 
     layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP
+    model_us: dict[Shape, int]  # every layer (each of its kind) + embedding/LM head on the fastest building
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
@@ -118,16 +120,18 @@ def prune_space(instance: Instance, space: DesignSpace) -> DesignSpace:
                    cross_network=undominated(instance, space.cross_network, cross=True))
 
 
-def _layer_us(instance: Instance, shape: Shape, building: Building, transports: list[Transport]) -> int:
+def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport]
+             ) -> dict[LayerKind, float]:
+    """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
-    best = math.inf
+    out = {}
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
         comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config), building, kind).values())
                    for t in transports)
-        best = min(best, compute.fwd_s + compute.bwd_s + comm)
-    return int(best * 1e6)
+        out[kind] = compute.fwd_s + compute.bwd_s + comm
+    return out
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -141,15 +145,19 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     cross_algorithms, cross_transports = (split_network_options(space.cross_network) if space.cross_network
                                           else ([], []))
     kinds = _kinds(model)
-    layer_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}
+    layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    counts = Counter(layer_kinds(model))
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
-        for building in buildings:
-            layer_us[(shape, building.name)] = _layer_us(instance, shape, building, intra_transports)
+        whole = math.inf
         for b in buildings:
+            per_kind = _layer_s(instance, shape, b, intra_transports)
+            layer_us[(shape, b.name)] = int(min(per_kind.values()) * 1e6)
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
+            whole = min(whole, sum(counts[kind] * s for kind, s in per_kind.items()) + head.fwd_s + head.bwd_s)
+        model_us[shape] = int(whole * 1e6)
         act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
                                                     shape.cp, shape.recompute) for k in kinds) / KIB
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
@@ -186,7 +194,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
-        layer_us=layer_us, head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
+        layer_us=layer_us, model_us=model_us, head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,

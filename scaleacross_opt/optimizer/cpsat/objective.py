@@ -2,7 +2,8 @@
 
 Per building b: c_b = Σ_shape y·C[shape, gpu_b] (one layer, one micro-batch, fwd+bwd);
 t_b = layers_b·c_b for a regular stage;
-the LM-head stage: t_head = head_layers·c_b + LM head; t_max = max(t_b, t_head) (bottleneck stage).
+the LM-head stage: t_head = head_layers·c_b + LM head; t_max = max(t_b, t_head) (bottleneck stage),
+and pp·t_max ≥ every layer (at its kind's cost) + LM head on the fastest GPU (c_b is the cheapest kind's).
 pipeline ≥ m·t_max + bubble + hops, with
   bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
@@ -114,6 +115,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         for condition in conditions:
             model.Add(t_head_max >= t_head + head).OnlyEnforceIf(condition)
     model.Add(t_max >= t_head_max)
+    # the slowest stage takes at least the average: pp·t_max ≥ the whole model on the fastest GPU (this is
+    # what bounds MoE models, whose per-layer bound above is the cheaper dense layer)
+    stages_x_t_max = model.NewIntVar(0, HORIZON_US * max(pv.space.pp), "pp*t_max")
+    model.AddMultiplicationEquality(stages_x_t_max, [pv.pp_var, t_max])
+    model.Add(stages_x_t_max >= pv.shape.linear([coeffs.model_us[shape] for shape in pv.shape.values]))
     compute = _product(model, "compute_us", pv.microbatches, t_max)
 
     # Chain bounds: a stage k cannot start before micro-batch 0's forward reached it nor end before the
