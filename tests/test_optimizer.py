@@ -165,3 +165,15 @@ def test_model_admits_every_valid_pp_dp_plan_with_a_bound_below_simulation(model
         bound = plan_bound_us(pv, assignment, seed=0)
         assert bound is not None, plan.model_dump_json()
         assert bound * 1e-6 <= 1.01 * simulate(instance, plan).step_time_s
+
+
+def test_tp_comm_overlap_follows_the_search_section(models_dir) -> None:
+    """The planner overlaps TP collectives (never slower in the cost model) unless the search forbids it."""
+    assert design_space(tiny_instance(models_dir)).tp_comm_overlap
+    restricted = tiny_instance(models_dir, tp_comm_overlap=[False])
+    space = prune_space(restricted, design_space(restricted))
+    assert not space.tp_comm_overlap
+    plan = next(plan for plan in enumerate_plans(restricted, space) if not validate_plan(plan, restricted))
+    assert not plan.tp_comm_overlap
+    problems = validate_plan(plan.model_copy(update={"tp_comm_overlap": True}), restricted)
+    assert any(field == "tp_comm_overlap" for field, _ in problems)

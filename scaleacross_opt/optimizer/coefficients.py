@@ -57,10 +57,10 @@ KIB = 1 << 10
 _FLOW_PROBES = (1, 4, 16, 64, 256, 1024, 16384, 1 << 20)
 
 
-def _probe_plan(shape: Shape, transport: TrafficClassConfig) -> Plan:
+def _probe_plan(shape: Shape, transport: TrafficClassConfig, tp_comm_overlap: bool) -> Plan:
     """A plan carrying only what per-layer costs depend on (degrees of the shard, network settings)."""
     return Plan(tp=shape.tp, cp=shape.cp, pp=1, dp=1, ep=shape.ep, micro_batch_size=shape.micro_batch_size,
-                schedule="1f1b", recompute=shape.recompute, zero_stage=1,
+                schedule="1f1b", recompute=shape.recompute, zero_stage=1, tp_comm_overlap=tp_comm_overlap,
                 network=NetworkConfig(intra_building=transport, cross_building=transport))
 
 
@@ -120,15 +120,16 @@ def prune_space(instance: Instance, space: DesignSpace) -> DesignSpace:
                    cross_network=undominated(instance, space.cross_network, cross=True))
 
 
-def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport]
-             ) -> dict[LayerKind, float]:
+def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
+             tp_comm_overlap: bool) -> dict[LayerKind, float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out = {}
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
-        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config), building, kind).values())
+        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config, tp_comm_overlap), building,
+                                                kind).values())
                    for t in transports)
         out[kind] = compute.fwd_s + compute.bwd_s + comm
     return out
@@ -152,7 +153,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = math.inf
         for b in buildings:
-            per_kind = _layer_s(instance, shape, b, intra_transports)
+            per_kind = _layer_s(instance, shape, b, intra_transports, space.tp_comm_overlap)
             layer_us[(shape, b.name)] = int(min(per_kind.values()) * 1e6)
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)

@@ -31,7 +31,7 @@ def infeasibility_reason(instance: Instance, space: DesignSpace) -> str:
                     continue
                 plan = Plan(tp=shape.tp, cp=shape.cp, pp=pp, dp=dp, ep=shape.ep, virtual_stages=v,
                             micro_batch_size=shape.micro_batch_size, schedule=name, recompute=shape.recompute,
-                            zero_stage=max(space.zero_stages))
+                            zero_stage=max(space.zero_stages), tp_comm_overlap=space.tp_comm_overlap)
                 if check_plan(plan, instance):
                     continue
                 try:

@@ -167,7 +167,7 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
                             plan = Plan(tp=shape.tp, cp=shape.cp, pp=pp, dp=dp, ep=shape.ep, virtual_stages=v,
                                         micro_batch_size=shape.micro_batch_size, schedule=name,
                                         recompute=shape.recompute, zero_stage=zero, placement=placement,
-                                        network=networks)
+                                        network=networks, tp_comm_overlap=space.tp_comm_overlap)
                             key = plan.model_dump_json()
                             if key not in seen:
                                 seen.add(key)

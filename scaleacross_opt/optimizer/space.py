@@ -71,6 +71,8 @@ class DesignSpace:
     cross_building: tuple[CrossBuilding, ...]
     intra_network: tuple[TrafficClassConfig, ...]
     cross_network: tuple[TrafficClassConfig, ...]
+    # one value: overlapping TP collectives with their GEMMs never costs more in the cost model
+    tp_comm_overlap: bool = True
 
     def empty_reason(self, instance: Instance) -> str | None:
         """Why no plan can exist because some decision has no allowed option, or None."""
@@ -156,4 +158,5 @@ def design_space(instance: Instance) -> DesignSpace:
         cross_building=tuple(_restrict(cross, search.cross_building)),
         intra_network=_network_options(instance, cross=False),
         cross_network=_network_options(instance, cross=True) if multi else (),
+        tp_comm_overlap=search.tp_comm_overlap is None or True in search.tp_comm_overlap,
     )

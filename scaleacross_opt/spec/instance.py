@@ -32,6 +32,11 @@ class SearchSpace(StrictModel):
     loss_recovery: list[LossRecovery] | None = Field(default=None, description="Allowed loss recovery.")
     qps_per_connection: list[int] | None = Field(default=None, description="Allowed QPs per connection.")
     window_kib_per_qp: list[int] | None = Field(default=None, description="Allowed windows per QP, KiB.")
+    tp_comm_overlap: list[bool] | None = Field(
+        default=None,
+        description="Allowed TP communication overlap settings (default both; the planner overlaps, which the "
+        "cost model never rates slower; [false] when the framework lacks it).",
+    )
 
 
 class Instance(StrictModel):

@@ -80,7 +80,7 @@ def check_search(search: SearchSpace) -> Problems:
             continue
         if not values:
             problems.append((f"search.{field}", "empty list: allow at least one value or omit the field"))
-        ints = [v for v in values if isinstance(v, int)]
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
         if any(v < 1 for v in ints) and field != "zero_stages":
             problems.append((f"search.{field}", f"values must be ≥ 1, got {sorted(ints)}"))
     for field, limit in (("qps_per_connection", 256), ("window_kib_per_qp", 1 << 20)):

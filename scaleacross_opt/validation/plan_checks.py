@@ -154,6 +154,7 @@ def check_search_restrictions(plan: Plan, instance: Instance) -> Problems:
         ("micro_batch_size", plan.micro_batch_size, search.micro_batch_sizes),
         ("schedule", plan.schedule, search.schedules), ("recompute", plan.recompute, search.recompute),
         ("zero_stage", plan.zero_stage, search.zero_stages),
+        ("tp_comm_overlap", plan.tp_comm_overlap, search.tp_comm_overlap),
     ]
     if plan.placement is not None:
         scalar_rules.append(("placement.cross_building", plan.placement.cross_building, search.cross_building))

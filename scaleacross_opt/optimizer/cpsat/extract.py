@@ -49,8 +49,8 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     return Plan(
         tp=shape.tp, cp=shape.cp, pp=values.chosen(pv.pp), dp=values.chosen(pv.dp), ep=shape.ep,
         virtual_stages=virtual, micro_batch_size=shape.micro_batch_size, schedule=schedule,
-        recompute=shape.recompute, zero_stage=values.chosen(pv.zero), placement=placement,
-        network=NetworkConfig(intra_building=intra, cross_building=cross),
+        recompute=shape.recompute, zero_stage=values.chosen(pv.zero), tp_comm_overlap=pv.space.tp_comm_overlap,
+        placement=placement, network=NetworkConfig(intra_building=intra, cross_building=cross),
     )
 
 
