@@ -79,6 +79,14 @@ def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
     model.AddBoolOr(differs)
 
 
+def single_stage_schedule(pv: PlanVars) -> tuple[str, int] | None:
+    """The (schedule, v) pair pp = 1 plans use: with one stage every schedule runs the same ops, so the
+    one holding the fewest activations."""
+    pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i)
+             for i, (name, v) in enumerate(pv.schedule_chunks.values) if get_schedule(name).check(1, v, 8) is None]
+    return pv.schedule_chunks.values[min(pairs)[1]] if pairs else None
+
+
 def fix_irrelevant_choices(pv: PlanVars) -> None:
     """Break symmetry: settings that cannot affect a plan's cost are pinned to their first option.
 
@@ -87,11 +95,9 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations.
     """
     model = pv.model
-    if 1 in pv.pp.values:
-        pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i)
-                 for i, (name, v) in enumerate(pv.schedule_chunks.values) if get_schedule(name).check(1, v, 8) is None]
-        if pairs:
-            model.Add(pv.schedule_chunks.lits[min(pairs)[1]] == 1).OnlyEnforceIf(pv.pp.lit(1))
+    pair = single_stage_schedule(pv)
+    if 1 in pv.pp.values and pair is not None:
+        model.Add(pv.schedule_chunks.lit(pair) == 1).OnlyEnforceIf(pv.pp.lit(1))
     if pv.cross_transport is None or pv.cross_algorithm is None:
         return
     for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True):
@@ -103,7 +109,8 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
 
 def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     """The identity-variable values that describe ``plan`` (the inverse of ``extract_plan``), or None
-    when the plan uses an option the model does not have (e.g. a pruned network setting)."""
+    when the plan uses an option the model does not have (e.g. a pruned network setting). Choices that
+    cannot change its cost are mapped to the ones ``fix_irrelevant_choices`` pins."""
     from ..space import Shape
 
     assert plan.placement is not None and plan.network is not None
@@ -125,15 +132,23 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
                      if t.with_algorithm(config.collective_algorithm) == config), None)
 
     net = plan.network
+    mode = plan.placement.cross_building
+    chunks = (plan.schedule, plan.virtual_stages)
+    if plan.pp == 1 and single_stage_schedule(pv) is not None:
+        chunks = single_stage_schedule(pv)
+    cross_transport = transport_of(pv.cross_transport, net.cross_building)
+    if mode is CrossBuilding.NONE and pv.cross_transport is not None:
+        cross_transport = pv.cross_transport.values[0]
+    cross_algorithm = net.cross_building.collective_algorithm
+    if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP) and pv.cross_algorithm is not None:
+        cross_algorithm = pv.cross_algorithm.values[0]
     ok = all((
         choose(pv.shape, Shape(plan.tp, plan.cp, plan.ep, plan.micro_batch_size, plan.recompute)),
         choose(pv.pp, plan.pp), choose(pv.dp, plan.dp), choose(pv.zero, plan.zero_stage),
-        choose(pv.schedule_chunks, (plan.schedule, plan.virtual_stages)),
-        choose(pv.mode, plan.placement.cross_building),
+        choose(pv.schedule_chunks, chunks), choose(pv.mode, mode),
         choose(pv.intra_algorithm, net.intra_building.collective_algorithm),
         choose(pv.intra_transport, transport_of(pv.intra_transport, net.intra_building)),
-        choose(pv.cross_algorithm, net.cross_building.collective_algorithm),
-        choose(pv.cross_transport, transport_of(pv.cross_transport, net.cross_building)),
+        choose(pv.cross_algorithm, cross_algorithm), choose(pv.cross_transport, cross_transport),
     ))
     if not ok:
         return None
