@@ -140,6 +140,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                  _layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]]), fastest)
         for i, b in enumerate(buildings)]
     m_regular = _product(model, "m*t_reg", pv.microbatches, t_reg)
+    # pp+dp: every group's last regular stage also holds the even split; on the fastest GPU it takes
+    # layers·c_min (which building of its group holds it is not modelled)
+    m_even_fastest = [
+        _product(model, f"m*layers*c_min[{b.name}]", pv.microbatches,
+                 _product(model, f"layers*c_min[{b.name}]", pv.layers[i], fastest))
+        for i, b in enumerate(buildings)] if pp_dp is not None else []
 
     hops = _new(model, "hops_us")
     model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
@@ -169,6 +175,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 for mode_lit in whole:
                     model.Add(SCALE * pipeline >= SCALE * m_regular + V_SHAPE_CHAIN * before_last_regular[b]
                               ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+                if pp_dp is not None:
+                    model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + V_SHAPE_CHAIN * before_last_regular[b]
+                              ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
         model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
@@ -176,6 +185,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+            if pp_dp is not None:
+                model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
+                          ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
     if 3 in pv.zero.values:
         _add_zero3_gathers(pv, coeffs, pipeline)
