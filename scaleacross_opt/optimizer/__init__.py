@@ -31,8 +31,8 @@ def _simulate(instance: Instance, plan: Plan) -> StepReport:
 
 # Share of the time limit kept for finishing after refinement (a CP-SAT round overruns its limit by up to
 # ~1 s on 1M-GPU models; the closing simulations and estimate take under a second): solve returns in time.
-FINISH_RESERVE_FRACTION = 0.02
-FINISH_RESERVE_MAX_S = 2.0
+FINISH_RESERVE_FRACTION = 0.04
+FINISH_RESERVE_MAX_S = 3.0
 
 
 def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_k: int = 8,
