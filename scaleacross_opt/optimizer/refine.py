@@ -172,9 +172,13 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         # is its canonical assignment's, and every assignment of an examined plan is cut off.
         plans = [extract_plan(pv, Values(_Snapshot(assignment))) for assignment in found]
         canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
-        bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US for c in canonical]
+        # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
+        bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US if time.perf_counter() < deadline else 0.0
+                  for c in canonical]
         stats.cpsat_wall_s += time.perf_counter() - t0
         for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
+            if best is not None and time.perf_counter() > deadline:
+                break
             add_nogood(pv.model, assignment)
             if same != assignment:
                 add_nogood(pv.model, same)
@@ -190,9 +194,9 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             report = simulate(pv.instance, plan)
             stats.simulate_wall_s += time.perf_counter() - t1
             stats.candidates_simulated += 1
-            ratio = plan_bound / report.step_time_s
-            ratios.append(ratio)
-            stats.bound_error = max(stats.bound_error, ratio - 1)
+            if plan_bound > 0:
+                ratios.append(plan_bound / report.step_time_s)
+                stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
             if best is None or (report.step_time_s, plan.model_dump_json()) < (
                     best.report.step_time_s, best.plan.model_dump_json()):
                 best, hint = Candidate(plan, plan_bound, report), assignment
