@@ -37,6 +37,7 @@ class PipelineSchedule(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     splits_backward: ClassVar[bool] = False  # B is input-grad only and W ops exist
+    orders_by_op_times: ClassVar[bool] = False  # timed_stage_ops depends on the F:B:W duration ratio
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """Why this schedule cannot run (pp, v, m), or None when it can."""
@@ -57,6 +58,12 @@ class PipelineSchedule(ABC):
     @abstractmethod
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """Op order of every stage (index = stage)."""
+
+    def timed_stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int,
+                        op_times: tuple[int, int, int]) -> list[list[Op]]:
+        """Op order for relative F, B, W durations ``op_times``; schedules with a fixed order (every one
+        without ``orders_by_op_times``) return ``stage_ops``."""
+        return self.stage_ops(pp, virtual_stages, num_microbatches)
 
     @abstractmethod
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:

@@ -68,16 +68,20 @@ def v_shape_check(name: str, pp: int, virtual_stages: int, num_microbatches: int
     return None
 
 
-def greedy_unit_order(
-    pp: int, num_microbatches: int, positions: Sequence[Sequence[int]], priority: Sequence[tuple[OpKind, int]],
-    max_held: int,
-) -> list[list[Op]]:
-    """Op orders from greedy list scheduling with unit op times (T_F = T_B = T_W) and free transfers.
+UNIT_OP_TIMES = (1, 1, 1)  # relative F, B, W durations when a schedule assumes T_F = T_B = T_W
 
-    ``positions[c][s]`` is the layer position of chunk c on stage s. At every time step each idle
-    stage runs the first (kind, chunk) of ``priority`` whose next micro-batch (in order) has its
-    inputs ready, running an F only while it holds fewer than ``max_held`` chunk activations (held
-    from F to W). W ops run oldest first (chunk ignored in ``priority``). Backward is split.
+
+def greedy_list_order(
+    pp: int, num_microbatches: int, positions: Sequence[Sequence[int]], priority: Sequence[tuple[OpKind, int]],
+    max_held: int, op_times: tuple[int, int, int] = UNIT_OP_TIMES,
+) -> list[list[Op]]:
+    """Op orders from greedy list scheduling with integer op durations ``op_times`` (F, B, W; the same
+    for every stage and chunk) and free transfers. Backward is split.
+
+    ``positions[c][s]`` is the layer position of chunk c on stage s. Whenever a stage is idle it runs the
+    first (kind, chunk) of ``priority`` whose next micro-batch (in order) has its inputs ready, running
+    an F only while it holds fewer than ``max_held`` chunk activations (held from F to W). W ops run
+    oldest first (chunk ignored in ``priority``). Time jumps from one op end to the next.
     """
     v, m = len(positions), num_microbatches
     last = pp * v - 1
@@ -86,11 +90,13 @@ def greedy_unit_order(
     next_mb = [[[0] * v for _ in range(2)] for _ in range(pp)]  # [stage][F or B][chunk]
     weights: list[list[Op]] = [[] for _ in range(pp)]
     held = [0] * pp
+    busy_until = [0] * pp
     never = 1 << 62
     t = 0
     while any(len(o) < 3 * m * v for o in orders):
-        picks: list[Op | None] = []
         for s in range(pp):
+            if busy_until[s] > t:
+                continue
             pick = None
             for kind, c in priority:
                 if kind is OpKind.W:
@@ -105,19 +111,17 @@ def greedy_unit_order(
                         pick = Op(kind, mb, c)
                 if pick is not None:
                     break
-            picks.append(pick)
-        for s, op in enumerate(picks):
-            if op is None:
+            if pick is None:
                 continue
-            orders[s].append(op)
-            done[(op.kind, op.microbatch, positions[op.chunk][s])] = t + 1
-            if op.kind is OpKind.W:
+            orders[s].append(pick)
+            busy_until[s] = done[(pick.kind, pick.microbatch, positions[pick.chunk][s])] = t + op_times[pick.kind]
+            if pick.kind is OpKind.W:
                 weights[s].pop(0)
                 held[s] -= 1
             else:
-                next_mb[s][op.kind][op.chunk] += 1
-                held[s] += op.kind is OpKind.F
-                if op.kind is OpKind.B:
-                    weights[s].append(Op(OpKind.W, op.microbatch, op.chunk))
-        t += 1
+                next_mb[s][pick.kind][pick.chunk] += 1
+                held[s] += pick.kind is OpKind.F
+                if pick.kind is OpKind.B:
+                    weights[s].append(Op(OpKind.W, pick.microbatch, pick.chunk))
+        t = min((end for end in busy_until if end > t), default=t + 1)
     return orders

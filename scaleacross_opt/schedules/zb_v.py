@@ -2,11 +2,12 @@
 
 Two chunks per stage in a V: chunk 0 is layer position s, chunk 1 is position 2p−1−s, so the
 forward goes down the stages and back up (the turn-around at stage p−1 needs no transfer) and
-the first and last layers share stage 0. Backward is split into B and W. The op order is the
-greedy unit-time list schedule (T_F = T_B = T_W per chunk, free transfers) with priority
-B(chunk 0) > B(chunk 1) > F(chunk 1) > F(chunk 0) > W and at most 2p chunk activations held per
-stage (F to W) — p micro-batches through the whole stage, the same as 1F1B; this reproduces the
-paper's handcrafted ZB-V shape. Requires m ≥ p.
+the first and last layers share stage 0. Backward is split into B and W. The op order is a greedy
+list schedule (free transfers) with priority B(chunk 0) > B(chunk 1) > F(chunk 1) > F(chunk 0) > W
+and at most 2p chunk activations held per stage (F to W) — p micro-batches through the whole stage,
+the same as 1F1B. With unit times (T_F = T_B = T_W) it reproduces the paper's handcrafted ZB-V shape;
+the simulator also computes it for the plan's own F:B:W ratio (``timed_stage_ops``) and runs the
+faster of the two, as the paper's schedule search picks from profiled times. Requires m ≥ p.
 
 Bubble: the last stage cannot start before (p−1)·T_F, so with T_F = T_B = T_W per chunk the makespan
 is at least (6m + p − 1)·T and the bubble fraction at least (p−1)/(6m) (the paper rounds this to
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .base import Op, OpKind, PipelineSchedule
-from .common import greedy_unit_order, v_shape_check, v_shape_position
+from .common import UNIT_OP_TIMES, greedy_list_order, v_shape_check, v_shape_position
 from .registry import register
 
 
@@ -31,6 +32,7 @@ class ZeroBubbleV(PipelineSchedule):
     name: ClassVar[str] = "zb-v"
     description: ClassVar[str] = "Zero-bubble V: 2 chunks/stage in a V, B/W split; bubble (p-1)/(6m), 1F1B memory."
     splits_backward: ClassVar[bool] = True
+    orders_by_op_times: ClassVar[bool] = True
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """v = 2 and m ≥ p."""
@@ -42,9 +44,14 @@ class ZeroBubbleV(PipelineSchedule):
 
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """Greedy unit-time order under the 2p chunk-activation limit."""
+        return self.timed_stage_ops(pp, virtual_stages, num_microbatches, UNIT_OP_TIMES)
+
+    def timed_stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int,
+                        op_times: tuple[int, int, int]) -> list[list[Op]]:
+        """Greedy order for F, B, W durations ``op_times`` under the 2p chunk-activation limit."""
         positions = [[v_shape_position(pp, c, s) for s in range(pp)] for c in range(2)]
         priority = [(OpKind.B, 0), (OpKind.B, 1), (OpKind.F, 1), (OpKind.F, 0), (OpKind.W, 0)]
-        return greedy_unit_order(pp, num_microbatches, positions, priority, 2 * pp)
+        return greedy_list_order(pp, num_microbatches, positions, priority, 2 * pp, op_times)
 
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p (2p half-stage chunks), like 1F1B."""

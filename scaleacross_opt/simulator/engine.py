@@ -81,15 +81,42 @@ class OpGraph:
         return int(self.stage.size)
 
 
+# Schedules that order ops by their durations get the plan's F:B:W ratio in steps of 1/8 of F (coarse
+# enough that similar plans share one cached op graph).
+OP_TIME_STEPS = 8
+
+
+def op_times(workload: StepWorkload) -> tuple[int, int, int]:
+    """Mean F, B, W op durations of ``workload`` in units of F/OP_TIME_STEPS (each ≥ 1)."""
+    means = [float(np.mean([getattr(g, name).mean() for g in workload.groups]))
+             for name in ("fwd_s", "bwd_input_s", "bwd_weight_s")]
+    if means[0] <= 0:
+        return (1, 1, 1)
+    f, b, w = (max(1, round(OP_TIME_STEPS * x / means[0])) for x in means)
+    return f, b, w
+
+
+def candidate_op_graphs(workload: StepWorkload) -> list[OpGraph]:
+    """The op orders ``workload`` may run: its schedule's, and for schedules that order by op durations
+    also the one for the workload's own F:B:W ratio (neither greedy order is always the faster)."""
+    shape = (workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
+    graphs = [op_graph(*shape)]
+    if get_schedule(workload.schedule).orders_by_op_times and op_times(workload) != (1, 1, 1):
+        graphs.append(op_graph(*shape, op_times(workload)))
+    return graphs
+
+
 @lru_cache(maxsize=256)
-def op_graph(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> OpGraph:
-    """Build and validate the op graph of a schedule (cached). ValueError on an invalid order."""
+def op_graph(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int,
+             times: tuple[int, int, int] = (1, 1, 1)) -> OpGraph:
+    """Build and validate the op graph of a schedule (cached), ordered for relative F, B, W durations
+    ``times`` where the schedule uses them. ValueError on an invalid order."""
     schedule = get_schedule(schedule_name)
     v, m = virtual_stages, num_microbatches
     reason = schedule.check(pp, v, m)
     if reason:
         raise ValueError(reason)
-    per_stage = schedule.stage_ops(pp, v, m)
+    per_stage = schedule.timed_stage_ops(pp, v, m, times)
     kinds = (OpKind.F, OpKind.B, OpKind.W) if schedule.splits_backward else (OpKind.F, OpKind.B)
     expected = sorted((k, mb, c) for k in kinds for mb in range(m) for c in range(v))
     if len(per_stage) != pp:
@@ -230,8 +257,14 @@ class SimResult:
 
 
 def simulate_workload(workload: StepWorkload) -> SimResult:
-    """Simulate one step of ``workload`` (see the module docstring for the model)."""
-    graph = op_graph(workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
+    """Simulate one step of ``workload`` (see the module docstring for the model) with each candidate op
+    order; the fastest is the step (a framework picks its order from profiled times the same way)."""
+    results = [_simulate_order(graph, workload) for graph in candidate_op_graphs(workload)]
+    return min(results, key=lambda result: result.step_time_s)
+
+
+def _simulate_order(graph: OpGraph, workload: StepWorkload) -> SimResult:
+    """One step of ``workload`` running the op order ``graph``."""
     groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
     pipeline_end = max(g.makespan_s for g in groups)
     overlap = workload.dp_overlap_fraction
