@@ -453,9 +453,9 @@ CAUSES: dict[str, tuple[str, str]] = {
         "the real W is shorter than (F+B)/2, so each stage idles longer (estimate low).",
     ),
     "zb-v-order": (
-        "ZB-V order tuned for unit op times",
-        "the ZB-V op order is a greedy list schedule computed with T_F = T_B = T_W and free transfers; with "
-        "the real, unequal F/B/W (and p2p latency) the fixed order makes stages wait far beyond the "
+        "ZB-V greedy order vs its bound",
+        "the ZB-V op order is the faster of two greedy list schedules (unit op times, and the plan's F:B:W "
+        "ratio) computed with free transfers; with p2p latency and unequal stages it still waits beyond the "
         "(p−1)/(6m) bound the closed form uses (estimate low).",
     ),
     "dualpipe-bubble": (
