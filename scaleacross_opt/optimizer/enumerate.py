@@ -140,9 +140,7 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
     n, gbs = instance.num_gpus, instance.job.global_batch_size
     intra_algs, intra_transports = split_network_options(space.intra_network)
     cross_algs, cross_transports = split_network_options(space.cross_network) if space.cross_network else ([], [])
-    pinned_pp1 = min(((get_schedule(name).in_flight_microbatches(1, v, 8), i)
-                      for i, (name, v) in enumerate(space.schedule_chunks())
-                      if get_schedule(name).check(1, v, 8) is None), default=(0.0, -1))[1]
+    pinned_pp1 = space.single_stage_schedule()
     seen: set[str] = set()
     for shape in space.shapes:
         for pp in space.pp:
@@ -152,11 +150,11 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
             if gbs % (dp * shape.micro_batch_size) or (dp * shape.cp) % shape.ep:
                 continue
             m = gbs // (dp * shape.micro_batch_size)
-            for index, (name, v) in enumerate(space.schedule_chunks()):
+            for name, v in space.schedule_chunks():
                 schedule = get_schedule(name)
                 if schedule.check(pp, v, m) is not None or pp * v > instance.job.model_spec.layers:
                     continue
-                if pp == 1 and index != pinned_pp1:
+                if pp == 1 and (name, v) != pinned_pp1:
                     continue
                 head_stage = schedule.head_stage(pp, v)
                 for mode in space.cross_building:

@@ -96,6 +96,13 @@ class DesignSpace:
         """All shard shapes (tp, cp, ep, micro-batch, recompute)."""
         return [Shape(*combo) for combo in product(self.tp, self.cp, self.ep, self.micro_batch_sizes, self.recompute)]
 
+    def single_stage_schedule(self) -> tuple[str, int] | None:
+        """The (schedule, v) pair pp = 1 plans use: with one stage every schedule runs the same ops, so
+        the one holding the fewest activations."""
+        pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i, (name, v))
+                 for i, (name, v) in enumerate(self.schedule_chunks()) if get_schedule(name).check(1, v, 8) is None]
+        return min(pairs)[2] if pairs else None
+
     def schedule_chunks(self) -> list[tuple[str, int]]:
         """(schedule, virtual_stages) pairs the schedules accept for some pipeline."""
         pairs = []

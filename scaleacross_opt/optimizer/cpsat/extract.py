@@ -79,14 +79,6 @@ def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
     model.AddBoolOr(differs)
 
 
-def single_stage_schedule(pv: PlanVars) -> tuple[str, int] | None:
-    """The (schedule, v) pair pp = 1 plans use: with one stage every schedule runs the same ops, so the
-    one holding the fewest activations."""
-    pairs = [(get_schedule(name).in_flight_microbatches(1, v, 8), i)
-             for i, (name, v) in enumerate(pv.schedule_chunks.values) if get_schedule(name).check(1, v, 8) is None]
-    return pv.schedule_chunks.values[min(pairs)[1]] if pairs else None
-
-
 def fix_irrelevant_choices(pv: PlanVars) -> None:
     """Break symmetry: settings that cannot affect a plan's cost are pinned to their first option.
 
@@ -95,7 +87,7 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
     ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations.
     """
     model = pv.model
-    pair = single_stage_schedule(pv)
+    pair = pv.space.single_stage_schedule()
     if 1 in pv.pp.values and pair is not None:
         model.Add(pv.schedule_chunks.lit(pair) == 1).OnlyEnforceIf(pv.pp.lit(1))
     if pv.cross_transport is None or pv.cross_algorithm is None:
@@ -134,8 +126,8 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     net = plan.network
     mode = plan.placement.cross_building
     chunks = (plan.schedule, plan.virtual_stages)
-    if plan.pp == 1 and single_stage_schedule(pv) is not None:
-        chunks = single_stage_schedule(pv)
+    if plan.pp == 1 and pv.space.single_stage_schedule() is not None:
+        chunks = pv.space.single_stage_schedule()
     cross_transport = transport_of(pv.cross_transport, net.cross_building)
     if mode is CrossBuilding.NONE and pv.cross_transport is not None:
         cross_transport = pv.cross_transport.values[0]
