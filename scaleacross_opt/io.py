@@ -29,6 +29,33 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML loader that rejects a key repeated in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKeyError(ValueError):
+    """A JSON object repeats a key."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON object from ``pairs``, rejecting a repeated key (json would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def read_document(path: Path) -> Any:
     """Parse a YAML or JSON file (JSON is YAML, but JSON files get JSON's clearer messages)."""
     try:
@@ -40,8 +67,10 @@ def read_document(path: Path) -> Any:
                                                     f"byte {err.start})")]) from None
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKeyError as err:
+        raise InputError([InputIssue(str(path), "", f"not valid JSON: {err}")]) from None
     except json.JSONDecodeError as err:
         raise InputError([InputIssue(str(path), "", f"not valid JSON: {err.msg} (line {err.lineno}, "
                                                     f"column {err.colno})")]) from None
@@ -80,11 +109,14 @@ def validation_issues(file: str, error: ValidationError) -> list[InputIssue]:
 
 
 def parse_spec(cls: type[SpecT], data: Any, file: str) -> SpecT:
-    """Validate ``data`` as ``cls`` or raise InputError naming ``file``."""
+    """Validate ``data`` (parsed YAML/JSON) as ``cls`` or raise InputError naming ``file``.
+
+    Strict JSON-mode validation: no coercion of "8", 8.0 or true into an integer, nor 1 or "on" into
+    a Boolean (a file says what it means); enum values are read from their strings."""
     if not isinstance(data, dict):
         raise InputError([InputIssue(file, "", f"expected a mapping at the top level, got {type(data).__name__}")])
     try:
-        return cls.model_validate(data)
+        return cls.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as err:
         raise InputError(validation_issues(file, err)) from None
 
