@@ -141,6 +141,7 @@ def _document_kind(data: Any) -> str | None:
 def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
     """Check instance, model or plan FILES; print one line per problem (exit 1 if any)."""
     from .io import load_instance, load_model, load_plan, read_document
+    from .validation.plan_checks import check_memory
 
     instance = load_instance(instance_path) if instance_path else None
     issues: list[InputIssue] = []
@@ -158,8 +159,12 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
                 load_instance(path)
             elif kind == "model":
                 load_model(path)
+            elif instance is None:
+                load_plan(path)
             else:
-                load_plan(path, instance)
+                problems = check_memory(load_plan(path, instance), instance)
+                if problems:
+                    raise InputError([InputIssue(str(path), field, msg) for field, msg in problems])
             unchecked = kind == "plan" and instance is None
             click.echo(f"{path}: ok ({kind}" + (", schema only: add --instance to check it against an instance)"
                                                   if unchecked else ")"))

@@ -201,3 +201,14 @@ def test_solve_json_out_feeds_simulate_and_estimate(run_cli, small: Path, tmp_pa
         replay = run_cli([command, small, "--plan", out, "--json"])
         assert replay.exit_code == 0, replay.stderr
         assert json.loads(replay.stdout)["plan"] == payload["plan"]
+
+
+def test_validate_plan_that_does_not_fit_memory_fails(run_cli, small: Path, tmp_path: Path) -> None:
+    """Against an instance, validate runs the exact memory model: 8B with unsharded Adam state is ~16 B
+    per parameter, far above one GPU."""
+    path = tmp_path / "too-big.yaml"
+    path.write_text(yaml.safe_dump({**BARE_PLAN, "tp": 1, "dp": 128, "micro_batch_size": 1, "zero_stage": 0}),
+                    encoding="utf-8")
+    result = run_cli(["validate", "--instance", small, path])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{path}: placement: needs ") and "does not fit memory" in result.stderr

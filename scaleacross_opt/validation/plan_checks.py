@@ -183,11 +183,15 @@ def validate_plan(plan: Plan, instance: Instance) -> Problems:
     if plan.placement is None or plan.network is None:
         return [("placement", "a solver output must carry an explicit placement and network")]
     problems = check_plan(plan, instance) + check_search_restrictions(plan, instance)
-    if not problems:
-        from ..cost.memory import memory_per_gpu
+    return problems or check_memory(plan, instance)
 
-        memory = memory_per_gpu(instance, plan)
-        if not memory.fits:
-            problems.append(("placement", f"needs {memory.total_gib:.1f} GiB per GPU, capacity "
-                                          f"{memory.capacity_gib:.1f} GiB"))
-    return problems
+
+def check_memory(plan: Plan, instance: Instance) -> Problems:
+    """The filled-in plan fits every GPU's memory (exact memory model)."""
+    from ..cost.memory import memory_per_gpu
+
+    memory = memory_per_gpu(instance, plan)
+    if memory.fits:
+        return []
+    return [("placement", f"needs {memory.total_gib:.1f} GiB per GPU, capacity {memory.capacity_gib:.1f} GiB "
+                          "(does not fit memory)")]
