@@ -1,12 +1,13 @@
 """The `scaleacross-opt` command line.
 
-Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error. Machine output goes to
-stdout (``--json``); messages and progress go to stderr.
+Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 130 interrupted (Ctrl-C).
+Machine output goes to stdout (``--json``); messages and progress go to stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -22,6 +23,7 @@ from . import __version__
 from .errors import InfeasibleError, InputError, InputIssue
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 
 def _fail(lines: list[str], code: int) -> None:
@@ -43,13 +45,28 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             _fail([f"infeasible: {err.reason}"], EXIT_INFEASIBLE)
         except (click.ClickException, click.exceptions.Exit, SystemExit):
             raise
-        except Exception as err:  # an internal bug: say so plainly; --debug shows the traceback
-            if click.get_current_context().find_root().params.get("debug"):
-                raise
-            _fail([f"internal error: {type(err).__name__}: {err} (rerun with --debug for a traceback)"],
-                  EXIT_INTERNAL)
+        except KeyboardInterrupt:
+            _fail(["interrupted: nothing written"], EXIT_INTERRUPTED)
+        except OSError as err:
+            if err.filename is None and err.errno in _OUTPUT_ERRNOS:  # stdout/stderr cannot be written
+                with contextlib.suppress(OSError):
+                    _fail([f"cannot write output: {err.strerror}"], EXIT_INVALID)
+                sys.exit(EXIT_INVALID)
+            _internal_error(err)
+        except Exception as err:
+            _internal_error(err)
 
     return wrapper
+
+
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EBADF, errno.EDQUOT)
+
+
+def _internal_error(err: Exception) -> None:
+    """An internal bug: say so plainly; --debug shows the traceback."""
+    if click.get_current_context().find_root().params.get("debug"):
+        raise err
+    _fail([f"internal error: {type(err).__name__}: {err} (rerun with --debug for a traceback)"], EXIT_INTERNAL)
 
 
 def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
@@ -104,7 +121,7 @@ def _finite_time_limit(ctx: click.Context, param: click.Parameter, value: float)
     return value
 
 
-_EPILOG = "Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error."
+_EPILOG = "Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 130 interrupted."
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EPILOG)

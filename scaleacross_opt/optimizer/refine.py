@@ -55,6 +55,9 @@ class _Snapshot:
         return bool(self._values[lit.Index()])
 
 
+INTERRUPT_SLACK_S = 0.5  # a round ending this much before its limit without a proof was interrupted
+
+
 def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.random_seed = seed
@@ -148,6 +151,10 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         solver = _solver(seed, WORKERS, share)
         recorder = _Improving(identity_vars(pv))
         status = solver.Solve(pv.model, recorder)
+        # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof was
+        # interrupted, so the interrupt is passed on
+        if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and solver.WallTime() < share - INTERRUPT_SLACK_S:
+            raise KeyboardInterrupt
         stats.rounds += 1
         if status == cp_model.UNKNOWN and not starved and share < remaining:
             stats.cpsat_wall_s += time.perf_counter() - t0
