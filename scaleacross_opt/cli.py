@@ -216,7 +216,8 @@ def _plan_lines(plan: Any) -> list[str]:
     """The plan as evaluated (defaults filled in), so a hand-written plan shows what was assumed."""
     lines = [f"plan           tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
              f"v={plan.virtual_stages} mbs={plan.micro_batch_size} schedule={plan.schedule} "
-             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage}"]
+             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage} dp_sync={plan.dp_sync.value} "
+             f"tp_comm_overlap={str(plan.tp_comm_overlap).lower()}"]
     if plan.placement is not None:
         mode = plan.placement.cross_building.value
 

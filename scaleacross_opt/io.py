@@ -217,6 +217,16 @@ def load_plan(path: str | Path, instance: Instance | None = None) -> Plan:
     return plan
 
 
+def _new_file_mode(path: Path) -> int:
+    """The replaced file's permission bits, or 0666 less the umask for a new file."""
+    try:
+        return path.stat().st_mode & 0o777 | 0o200  # keep it writable by its owner
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory, renamed when complete;
     on failure (OSError re-raised) neither a partial ``path`` nor the temporary file remains."""
@@ -225,6 +235,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        tmp.chmod(_new_file_mode(path))  # mkstemp creates 0600; give the mode a plain open() would
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -209,7 +209,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
                 best, hint = Candidate(plan, plan_bound, report), assignment
             stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
             if progress:
-                progress(f"round {stats.rounds}: bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
+                progress(f"round {stats.rounds}: plan bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
                          f"best {best.report.step_time_s:.4f} s")
     stats.wall_s = time.perf_counter() - start
     stats.bound_ratio_min = min(ratios) if ratios else 0.0

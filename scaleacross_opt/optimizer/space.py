@@ -84,7 +84,8 @@ class DesignSpace:
             ("intra-building network setting", self.intra_network, None),
         ):
             if not values:
-                allowed = f" (search allows {asked})" if asked is not None else ""
+                shown = [getattr(value, "value", value) for value in asked] if asked is not None else None
+                allowed = f" (search allows {shown})" if shown is not None else ""
                 return (f"no {field} option fits {instance.num_gpus} GPUs of the "
                         f"{instance.job.model_spec.name} job{allowed}")
         if not self.schedule_chunks():

@@ -17,8 +17,9 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
     """Plan, step time, MFU, breakdown and why this placement."""
     plan, report, stats = result.plan, result.report, result.stats
     assert plan.placement is not None and plan.network is not None
+    grouped = plan.placement.cross_building is CrossBuilding.PP_DP
     shares = ", ".join(f"{s.building}: {_count(s.dp_replicas, 'replica')} × {_count(s.pp_stages, 'stage')}"
-                       for s in plan.placement.buildings)
+                       + (f" (group {s.group})" if grouped else "") for s in plan.placement.buildings)
     where = ("in one building" if plan.placement.cross_building is CrossBuilding.NONE
              else f"{plan.placement.cross_building.value} across buildings")
     net = plan.network
@@ -27,20 +28,21 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"{len(instance.cluster.buildings)} building(s), {instance.job.model_spec.name}",
         f"plan            tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
         f"v={plan.virtual_stages} mbs={plan.micro_batch_size} recompute={plan.recompute.value} "
-        f"ZeRO-{plan.zero_stage} schedule={plan.schedule}",
+        f"ZeRO-{plan.zero_stage} schedule={plan.schedule} dp_sync={plan.dp_sync.value} "
+        f"tp_comm_overlap={str(plan.tp_comm_overlap).lower()}",
         f"placement       {where} ({shares})",
         f"layers/stage    {plan.placement.layers_per_stage}",
         f"network         intra-building: {_net(net.intra_building)}",
         *([f"                cross-building: {_net(net.cross_building)}"]
           if plan.placement.cross_building is not CrossBuilding.NONE else []),
         f"step time       {report.step_time_s:.4f} s simulated, {result.estimate_step_time_s:.4f} s closed-form "
-        f"estimate, {result.cpsat_bound_s:.4f} s CP-SAT bound",
+        f"estimate, {result.cpsat_bound_s:.4f} s CP-SAT bound of this plan",
         f"MFU             {report.mfu * 100:.1f} %   tokens/s {report.tokens_per_s:,.0f}   "
         f"memory {report.memory_gib_per_gpu:.1f} GiB/GPU",
         "breakdown (s)   " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
         f"why             {_WHY[plan.placement.cross_building]}",
         f"search          {_STATUS[stats.status]}: {_count(stats.candidates_simulated, 'plan')} simulated in "
-        f"{_count(stats.rounds, 'round')}, {stats.wall_s:.1f} s; no plan beats {stats.lower_bound_s:.4f} s "
+        f"{_count(stats.rounds, 'round')}, {stats.wall_s:.1f} s; proven: no plan beats {stats.lower_bound_s:.4f} s "
         f"(gap {stats.gap * 100:.2f} %)",
     ]
     return "\n".join(lines)
