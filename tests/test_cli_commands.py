@@ -212,3 +212,25 @@ def test_validate_plan_that_does_not_fit_memory_fails(run_cli, small: Path, tmp_
     result = run_cli(["validate", "--instance", small, path])
     assert result.exit_code == 1
     assert result.stderr.startswith(f"{path}: placement: needs ") and "does not fit memory" in result.stderr
+
+
+def test_output_files_get_the_permissions_of_a_plain_write(tmp_path: Path) -> None:
+    """write_atomic goes through mkstemp (0600) but leaves a new file at 0666 less the umask and keeps
+    the mode of a file it replaces."""
+    import os
+    import stat
+
+    from scaleacross_opt.io import write_atomic
+
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.json"
+        write_atomic(fresh, "{}")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        shared = tmp_path / "shared.json"
+        shared.write_text("old", encoding="utf-8")
+        shared.chmod(0o664)
+        write_atomic(shared, "{}")
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o664 and shared.read_text(encoding="utf-8") == "{}"
+    finally:
+        os.umask(umask)
