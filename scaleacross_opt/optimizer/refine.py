@@ -14,6 +14,7 @@ Start plans (the production heuristic) are simulated first and cut off. Then eac
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,15 +68,47 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
 
 
 class _Improving(cp_model.CpSolverSolutionCallback):
-    """Records the identity assignment and objective of every improving solution of one solve."""
+    """Records the identity assignment and objective of every improving solution of one solve, and ends
+    the solve at its share of time once it has a solution; a solve with none by then runs on until half
+    a share after its first one (it improves on the hint only after its presolve)."""
 
-    def __init__(self, keys: list[cp_model.IntVar]):
+    def __init__(self, keys: list[cp_model.IntVar], solver: cp_model.CpSolver, share_s: float):
         super().__init__()
         self.keys = keys
         self.found: list[tuple[int, dict[int, int]]] = []
+        self.solver = solver
+        self.share_s = share_s
+        self.share_over = False  # the round's share of time has passed
+        self.stopped = False  # this callback (not a time limit or an interrupt) ended the search
+        self._timers = [threading.Timer(share_s, self._share_passed)]
+
+    def __enter__(self) -> _Improving:
+        self._start(self._timers[0])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    @staticmethod
+    def _start(timer: threading.Timer) -> None:
+        timer.daemon = True
+        timer.start()
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self.solver.stop_search()
+
+    def _share_passed(self) -> None:
+        self.share_over = True
+        if self.found:
+            self._stop()
 
     def on_solution_callback(self) -> None:
         self.found.append((int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys}))
+        if self.share_over and len(self.found) == 1:
+            self._timers.append(threading.Timer(self.share_s / 2, self._stop))
+            self._start(self._timers[-1])
 
 
 def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[dict[int, int]]:
@@ -116,7 +149,6 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     hint: dict[int, int] | None = None
     ratios: list[float] = []
     examined: set[str] = set()
-    starved = False  # the last round's share of time found no solution
     for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
         assignment = plan_assignment(pv, start_plan)
         if assignment is None:
@@ -146,21 +178,17 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         for index, value in sorted((hint or {}).items()):
             pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
         # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
-        # round that found nothing in its share is retried with all the time left.
-        share = remaining if starved else min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
-        solver = _solver(seed, WORKERS, share)
-        recorder = _Improving(identity_vars(pv))
-        status = solver.Solve(pv.model, recorder)
-        # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof was
-        # interrupted, so the interrupt is passed on
-        if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and solver.WallTime() < share - INTERRUPT_SLACK_S:
+        # round with no solution at the end of its share goes on (up to the deadline) until its first one.
+        share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
+        solver = _solver(seed, WORKERS, remaining)
+        with _Improving(identity_vars(pv), solver, share) as recorder:
+            status = solver.Solve(pv.model, recorder)
+        # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof or
+        # its own stop was interrupted, so the interrupt is passed on
+        if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and not recorder.stopped
+                and solver.WallTime() < remaining - INTERRUPT_SLACK_S):
             raise KeyboardInterrupt
         stats.rounds += 1
-        if status == cp_model.UNKNOWN and not starved and share < remaining:
-            stats.cpsat_wall_s += time.perf_counter() - t0
-            starved = True
-            continue
-        starved = False
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             stats.cpsat_wall_s += time.perf_counter() - t0
             if status == cp_model.UNKNOWN:
