@@ -174,6 +174,12 @@ PLACEMENT_CASES = {
     "unknown-building": (
         TWO_BUILDINGS, plan(placement=dp_placement(("a", 4, 2), ("z", 4, 2))),
         "placement.buildings[1].building", "unknown building 'z'"),
+    "group-outside-pp-dp": (
+        TWO_BUILDINGS,
+        plan(placement={**dp_placement(("a", 4, 2), ("b", 4, 2)),
+                        "buildings": [{"building": "a", "dp_replicas": 4, "pp_stages": 2},
+                                      {"building": "b", "dp_replicas": 4, "pp_stages": 2, "group": 3}]}),
+        "placement.buildings[1].group", "pp+dp only"),
 }
 
 

@@ -177,3 +177,19 @@ def test_tp_comm_overlap_follows_the_search_section(models_dir) -> None:
     assert not plan.tp_comm_overlap
     problems = validate_plan(plan.model_copy(update={"tp_comm_overlap": True}), restricted)
     assert any(field == "tp_comm_overlap" for field, _ in problems)
+
+
+def test_pp_dp_checks_name_the_group_and_the_odd_building(models_dir) -> None:
+    from scaleacross_opt.spec import BuildingShare, Placement, Plan
+    from scaleacross_opt.validation.plan_checks import check_plan
+
+    instance = tiny_instance(models_dir, num_buildings=3)
+    shares = [BuildingShare(building="a", group=0, dp_replicas=2, pp_stages=1),
+              BuildingShare(building="b", group=0, dp_replicas=1, pp_stages=1),
+              BuildingShare(building="c", group=1, dp_replicas=1, pp_stages=1)]
+    plan = Plan(tp=8, pp=2, dp=3, micro_batch_size=1, schedule="1f1b",
+                placement=Placement(cross_building="pp+dp", buildings=shares, layers_per_stage=[16, 16]))
+    problems = dict(check_plan(plan, instance))
+    assert "group 0's pipeline buildings hold different replica counts [1, 2]" in problems[
+        "placement.buildings[1].dp_replicas"]
+    assert "stages of group 1's pipeline add up to 1" in problems["placement.buildings[2].pp_stages"]

@@ -66,16 +66,21 @@ def _check_shares(plan: Plan, instance: Instance) -> Problems:
     groups: dict[int, list[int]] = defaultdict(list)
     for i, share in enumerate(shares):
         groups[share.group if mode is CrossBuilding.PP_DP else (i if mode is CrossBuilding.DP else 0)].append(i)
+        if share.group and mode is not CrossBuilding.PP_DP:
+            problems.append((f"placement.buildings[{i}].group",
+                             f"groups apply to cross_building=pp+dp only, got group {share.group} with {mode.value}"))
     dp_total = 0
-    for members in groups.values():
+    for group, members in groups.items():
+        named = f"group {group}'s " if mode is CrossBuilding.PP_DP else "one "
         stages = sum(shares[i].pp_stages for i in members)
         if stages != plan.pp:
             where = f"placement.buildings[{members[0]}].pp_stages"
-            problems.append((where, f"stages of one pipeline add up to {stages}, expected pp={plan.pp}"))
-        replicas = {shares[i].dp_replicas for i in members}
-        if len(replicas) > 1:
-            problems.append((f"placement.buildings[{members[0]}].dp_replicas",
-                             f"buildings of one pipeline group hold different replica counts {sorted(replicas)}"))
+            problems.append((where, f"stages of {named}pipeline add up to {stages}, expected pp={plan.pp}"))
+        odd = [i for i in members if shares[i].dp_replicas != shares[members[0]].dp_replicas]
+        if odd:
+            problems.append((f"placement.buildings[{odd[0]}].dp_replicas",
+                             f"{named}pipeline buildings hold different replica counts "
+                             f"{sorted({shares[i].dp_replicas for i in members})}"))
         dp_total += shares[members[0]].dp_replicas
     if dp_total != plan.dp:
         problems.append(("placement.buildings", f"replicas add up to {dp_total}, expected dp={plan.dp}"))
