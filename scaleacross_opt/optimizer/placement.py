@@ -51,9 +51,9 @@ def build_placement(mode: CrossBuilding, names: list[str], replicas: list[int], 
         layers = materialize_layers([stages[b] for b in used], [max_layers[b] for b in used], total_layers,
                                     virtual_stages, head_layers, head_stage)
     else:
-        first_group = [b for b in used if mode is not CrossBuilding.PP_DP or groups[b] == groups[used[0]]]
-        pp = stages[used[0]] if mode is not CrossBuilding.PP_DP else sum(stages[b] for b in first_group)
-        layers = materialize_layers([pp],
-                                    [max(max_layers[b] for b in used)], total_layers, virtual_stages,
+        pp = stages[used[0]]  # whole pipelines per building; under pp+dp, the first group's stages added up
+        if mode is CrossBuilding.PP_DP:
+            pp = sum(stages[b] for b in used if groups[b] == groups[used[0]])
+        layers = materialize_layers([pp], [max(max_layers[b] for b in used)], total_layers, virtual_stages,
                                     head_layers, head_stage)
     return Placement(cross_building=mode, buildings=shares, layers_per_stage=layers)

@@ -45,6 +45,7 @@ import numpy as np
 from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
+from ..schedules.common import UNIT_OP_TIMES
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +92,7 @@ def op_times(workload: StepWorkload) -> tuple[int, int, int]:
     means = [float(np.mean([getattr(g, name).mean() for g in workload.groups]))
              for name in ("fwd_s", "bwd_input_s", "bwd_weight_s")]
     if means[0] <= 0:
-        return (1, 1, 1)
+        return UNIT_OP_TIMES
     f, b, w = (max(1, round(OP_TIME_STEPS * x / means[0])) for x in means)
     return f, b, w
 
@@ -101,14 +102,16 @@ def candidate_op_graphs(workload: StepWorkload) -> list[OpGraph]:
     also the one for the workload's own F:B:W ratio (neither greedy order is always the faster)."""
     shape = (workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
     graphs = [op_graph(*shape)]
-    if get_schedule(workload.schedule).orders_by_op_times and op_times(workload) != (1, 1, 1):
-        graphs.append(op_graph(*shape, op_times(workload)))
+    if get_schedule(workload.schedule).orders_by_op_times:
+        times = op_times(workload)
+        if times != UNIT_OP_TIMES:
+            graphs.append(op_graph(*shape, times))
     return graphs
 
 
 @lru_cache(maxsize=256)
 def op_graph(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int,
-             times: tuple[int, int, int] = (1, 1, 1)) -> OpGraph:
+             times: tuple[int, int, int] = UNIT_OP_TIMES) -> OpGraph:
     """Build and validate the op graph of a schedule (cached), ordered for relative F, B, W durations
     ``times`` where the schedule uses them. ValueError on an invalid order."""
     schedule = get_schedule(schedule_name)

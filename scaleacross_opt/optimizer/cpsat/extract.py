@@ -126,8 +126,8 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     net = plan.network
     mode = plan.placement.cross_building
     chunks = (plan.schedule, plan.virtual_stages)
-    if plan.pp == 1 and pv.space.single_stage_schedule() is not None:
-        chunks = pv.space.single_stage_schedule()
+    if plan.pp == 1:
+        chunks = pv.space.single_stage_schedule() or chunks
     cross_transport = transport_of(pv.cross_transport, net.cross_building)
     if mode is CrossBuilding.NONE and pv.cross_transport is not None:
         cross_transport = pv.cross_transport.values[0]
@@ -173,7 +173,7 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     group_of = {group: g for g, group in enumerate(dict.fromkeys(share.group for share in in_cluster_order))}
     for b, name in enumerate(pv.buildings):
         share = shares.get(name)
+        group = group_of[share.group] if mode is CrossBuilding.PP_DP and share is not None else None
         for g, lit in enumerate(pv.member[b]):
-            inside = plan.placement.cross_building is CrossBuilding.PP_DP and share is not None
-            values[lit.Index()] = int(inside and group_of[share.group] == g)
+            values[lit.Index()] = int(g == group)
     return values
