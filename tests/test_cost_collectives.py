@@ -1,74 +1,82 @@
-"""α–β collective models: pinned closed forms and latency behaviour."""
+"""α–β collective models over a group's span: pinned closed forms, levels and latency behaviour."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 
 from scaleacross_opt.cost.collectives import (
     Collective,
     Level,
-    all_to_all_s,
-    collective_s,
-    hierarchical_s,
+    flat_collective_s,
     p2p_s,
-    pat_half_s,
-    ring_all_reduce_s,
     ring_half_s,
-    tree_all_reduce_s,
+    span_collective_s,
 )
 from scaleacross_opt.spec.network import CollectiveAlgorithm
 
+RING, TREE, PAT, HIER = (CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE, CollectiveAlgorithm.PAT,
+                         CollectiveAlgorithm.HIERARCHICAL)
+AR, RS, AG, A2A = Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL
 
-def test_ring_all_reduce_pinned() -> None:
-    # 2(n−1)α + 2(n−1)/n·S/B with n=8, S=1 GB, B=10 GB/s, α=10 µs
-    assert ring_all_reduce_s(8, 1e9, 1e10, 1e-5) == pytest.approx(14e-5 + 0.175)
 
-
-def test_half_collectives_and_p2p_pinned() -> None:
+def test_flat_collectives_pinned() -> None:
+    # ring all-reduce 2(n−1)α + 2(n−1)/n·S/B with n=8, S=1 GB, B=10 GB/s, α=10 µs
+    assert flat_collective_s(AR, RING, 8, 1e9, 1e10, 1e-5) == pytest.approx(14e-5 + 0.175)
     assert ring_half_s(4, 4e6, 1e9, 1e-6) == pytest.approx(3e-6 + 3e-3)
-    assert pat_half_s(1024, 1024.0, 1e9, 1e-3) == pytest.approx(10e-3 + 1023 / 1024 * 1024 / 1e9)
-    assert tree_all_reduce_s(16, 1e6, 1e9, 1e-5) == pytest.approx(8e-5 + 2e-3)
-    assert all_to_all_s(8, 8e6, 1e9, 0.0) == pytest.approx(7e-3)
+    assert flat_collective_s(RS, PAT, 1024, 1024.0, 1e9, 1e-3) == pytest.approx(10e-3 + 1023 / 1024 * 1024 / 1e9)
+    assert flat_collective_s(AR, TREE, 16, 1e6, 1e9, 1e-5) == pytest.approx(8e-5 + 2e-3)
+    assert flat_collective_s(A2A, RING, 8, 8e6, 1e9, 0.0) == pytest.approx(7e-3)
     assert p2p_s(1e6, 1e9, 5e-6) == pytest.approx(1.005e-3)
 
 
 def test_single_rank_is_free() -> None:
-    for algorithm in (CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE, CollectiveAlgorithm.PAT):
-        assert collective_s(Collective.ALL_REDUCE, algorithm, 1, 1e9, 1e9, 1e-3) == 0.0
+    for algorithm in (RING, TREE, PAT, HIER):
+        assert span_collective_s(AR, algorithm, [Level(1, 1e9, 1e-3)], 1e9) == 0.0
 
 
-def test_pat_all_reduce_is_rs_plus_ag() -> None:
+def test_pat_all_reduce_is_rs_plus_ag_with_log_latency() -> None:
     args = (64, 1e8, 1e10, 1e-4)
-    total = collective_s(Collective.ALL_REDUCE, CollectiveAlgorithm.PAT, *args)
-    assert total == pytest.approx(2 * pat_half_s(*args))
-    # same bandwidth term as the ring, log2 latency steps instead of n−1
-    assert total < ring_all_reduce_s(*args)
+    total = flat_collective_s(AR, PAT, *args)
+    assert total == pytest.approx(2 * flat_collective_s(RS, PAT, *args))
+    assert total < flat_collective_s(AR, RING, *args)
+    latency = 1e-3  # metro: latency dominates small messages
+    ring = flat_collective_s(AR, RING, 64, 1e6, 5e9, latency)
+    assert ring > 0.9 * 2 * 63 * latency
+    assert flat_collective_s(AR, PAT, 64, 1e6, 5e9, latency) < ring / 5
 
 
-def test_ring_across_buildings_is_latency_bound_for_small_messages() -> None:
-    latency = 1e-3  # 1 ms one-way (metro)
-    small = 1e6
-    ring = ring_all_reduce_s(64, small, 5e9, latency)
-    assert ring > 0.9 * 2 * 63 * latency  # latency dominates
-    pat = collective_s(Collective.ALL_REDUCE, CollectiveAlgorithm.PAT, 64, small, 5e9, latency)
-    assert pat < ring / 5
+def test_multi_node_ring_runs_at_the_domains_aggregate_nic_bandwidth() -> None:
+    # 8 members per node (TP1) on 4 nodes: the ring's node crossings spread over the node's 8 NICs
+    # (nccl-tests#119/#290: bus bandwidth ≈ the node's aggregate NIC bandwidth), capped by NVLink.
+    nvlink, nic = 360e9, 47e9
+    levels = [Level(8, nvlink, 3e-6), Level(4, 8 * nic, 1e-5)]
+    expected = flat_collective_s(AR, RING, 32, 1e9, min(nvlink, 8 * nic), 1e-5)
+    assert span_collective_s(AR, RING, levels, 1e9) == pytest.approx(expected)
+    # TP8: one member per node, one NIC
+    single = [Level(1, nvlink, 3e-6), Level(32, nic, 1e-5)]
+    assert span_collective_s(AR, RING, single, 1e9) == pytest.approx(flat_collective_s(AR, RING, 32, 1e9, nic, 1e-5))
 
 
-def test_hierarchical_is_sum_of_levels() -> None:
-    inner, outer = Level(8, 5e10, 1e-5), Level(4, 5e9, 1e-3)
+def test_hierarchical_splits_off_the_buildings() -> None:
+    inner, outer = Level(8, 5e10, 1e-5), Level(4, 8 * 5e9, 1e-3)  # outer: 8 members share 40 GB/s
     size = 1e9
-    expected = 2 * ring_half_s(8, size, 5e10, 1e-5) + ring_all_reduce_s(4, size / 8, 5e9, 1e-3)
-    assert hierarchical_s(Collective.ALL_REDUCE, inner, outer, size) == pytest.approx(expected)
-    rs = hierarchical_s(Collective.REDUCE_SCATTER, inner, outer, size)
+    got = span_collective_s(AR, HIER, [inner, outer], size)
+    expected = 2 * ring_half_s(8, size, 5e10, 1e-5) + 2 * ring_half_s(4, size / 8, 5e9, 1e-3)
+    assert got == pytest.approx(expected)
+    rs = span_collective_s(RS, HIER, [inner, outer], size)
     assert rs == pytest.approx(ring_half_s(8, size, 5e10, 1e-5) + ring_half_s(4, size / 8, 5e9, 1e-3))
-    # flat ring over the slow link with all 32 ranks pays 62 slow latency steps
-    flat = ring_all_reduce_s(32, size, 5e9, 1e-3)
-    assert hierarchical_s(Collective.ALL_REDUCE, inner, outer, size) < flat
+    # a flat ring over all 32 ranks runs at the slow level's bandwidth and pays 62 slow latency steps
+    assert got < span_collective_s(AR, RING, [inner, outer], size)
+    # with only one level crossed, hierarchical is the ring
+    assert span_collective_s(AR, HIER, [inner], size) == pytest.approx(span_collective_s(AR, RING, [inner], size))
 
 
-def test_hierarchical_needs_levels() -> None:
-    with pytest.raises(ValueError):
-        collective_s(Collective.ALL_REDUCE, CollectiveAlgorithm.HIERARCHICAL, 8, 1.0, 1.0, 0.0)
-    assert math.isfinite(ring_half_s(2, 1.0, 1.0, 0.0))
+def test_all_to_all_puts_the_node_local_share_on_nvlink() -> None:
+    # EP 16 over 2 nodes of 8: 7/16 of the bytes stay on NVLink, 8/16 leave the node on the member's NIC
+    nvlink, nic = 360e9, 47e9
+    levels = [Level(8, nvlink, 3e-6), Level(2, 8 * nic, 1e-5)]
+    size = 1e9
+    expected = 1e-5 + max(7 / 16 * size / nvlink, 8 / 16 * size / nic)
+    assert span_collective_s(A2A, RING, levels, size) == pytest.approx(expected)
+    inside = [Level(8, nvlink, 3e-6), Level(1, 8 * nic, 1e-5)]
+    assert span_collective_s(A2A, RING, inside, size) == pytest.approx(3e-6 + 7 / 8 * size / nvlink)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -13,7 +13,8 @@ import scaleacross_opt.schedules.one_f_one_b  # noqa: F401  (registers the sched
 from scaleacross_opt.catalog.network import DEFAULT_NETWORK, DEFAULT_TRAFFIC_CLASS
 from scaleacross_opt.cost.report import BREAKDOWN_KEYS
 from scaleacross_opt.cost.step import build_workload, estimate, pipeline_time_closed_form
-from scaleacross_opt.cost.workload import LinkShare, PipelineGroup, StepWorkload
+from scaleacross_opt.cost.workload import LinkShare, StepWorkload
+from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import (
     Building,
     BuildingShare,
@@ -89,13 +90,8 @@ def test_pp_across_buildings_links_and_wraparound() -> None:
 
 
 def synthetic(pp: int, m: int, t_f: float, t_b: float) -> StepWorkload:
-    group = PipelineGroup("g", ("a",) * pp, np.full((pp, 1), t_f), np.full((pp, 1), t_b), np.zeros((pp, 1)), 1)
-    link = LinkShare("a", "a", 1e30, 0.0)
-    return StepWorkload(
-        schedule="1f1b", pp=pp, virtual_stages=1, num_microbatches=m, groups=(group,), p2p_bytes=1.0,
-        links={("a", "a"): link}, dp_sync_s=np.zeros((pp, 1)), dp_overlap_fraction=0.8, optimizer_s=0.0,
-        exposed_comm_s={"tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0},
-    )
+    return uniform_workload("1f1b", pp, 1, m, fwd_s=t_f, bwd_input_s=t_b, bwd_weight_s=0.0, p2p_bytes=1.0,
+                            bandwidth_bytes_per_s=1e30)
 
 
 def test_closed_form_1f1b_uniform() -> None:
@@ -107,10 +103,8 @@ def test_closed_form_1f1b_uniform() -> None:
 
 def test_closed_form_charges_hop_latency() -> None:
     workload = synthetic(pp=4, m=8, t_f=1.0, t_b=2.0)
-    slow = LinkShare("a", "a", 1e30, 0.5)
-    step, parts = pipeline_time_closed_form(
-        StepWorkload(**{**workload.__dict__, "links": {("a", "a"): slow}})
-    )
+    slow = LinkShare("b0", "b0", 1e30, 0.5)
+    step, parts = pipeline_time_closed_form(replace(workload, links={("b0", "b0"): slow}))
     assert step > 33.0 and parts["exposed_pp_s"] > 0
 
 

@@ -25,10 +25,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from scaleacross_opt.catalog import coefficients as co
 from scaleacross_opt.catalog.network import DEFAULT_NETWORK
 from scaleacross_opt.cost.report import StepReport
-from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s
+from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s, exposed_gather_s
 from scaleacross_opt.cost.workload import StepWorkload
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate
@@ -89,8 +88,10 @@ def pipeline_times(est: StepReport, sim: StepReport, workload: StepWorkload) -> 
 
 
 def dp_without_bucketing(workload: StepWorkload) -> float:
-    """The closed form's exposed DP sync with the bucketing credit removed (drain of earlier stages only)."""
-    return max(exposed_dp_s(workload, group, overlap_fraction=0.0) for group in workload.groups)
+    """The closed form's exposed DP sync with the bucketing credit removed (drain of earlier stages only),
+    plus the ZeRO-1/2 gathers the next forward waits for (exact when no stage shares a route)."""
+    return (max(exposed_dp_s(workload, group, overlap_fraction=0.0) for group in workload.groups)
+            + exposed_gather_s(workload))
 
 
 def pp_across(instance: Instance, plan: Plan) -> Placement:
@@ -129,13 +130,13 @@ def test_exact_schedules_agree(compare: Callable[..., Compared], name: str, fiel
     idle = [r.breakdown["bubble_s"] + r.breakdown["exposed_pp_s"] for r in (est, sim)]  # split differs slightly
     assert idle[0] == pytest.approx(idle[1], abs=PIPELINE_TOL * sim_pipe)
     assert abs(rel(est.step_time_s, sim.step_time_s)) <= STEP_TOL
-    if fields["virtual_stages"] == 1:  # what is left is the DP term, sandwiched as argued below
-        est_dp, sim_dp = est.breakdown["exposed_dp_s"], sim.breakdown["exposed_dp_s"]
-        assert est_dp <= sim_dp + PIPELINE_TOL * sim_pipe
+    est_dp, sim_dp = est.breakdown["exposed_dp_s"], sim.breakdown["exposed_dp_s"]
+    assert est_dp <= sim_dp + PIPELINE_TOL * sim_pipe  # the closed form stays a lower bound
+    if fields["virtual_stages"] == 1 and not workload.dp_shared.any():  # sandwiched as argued below
         assert sim_dp <= dp_without_bucketing(workload) + PIPELINE_TOL * sim_pipe
 
 
-@pytest.mark.parametrize("name", [SINGLE, SMALL, CAMPUS])
+@pytest.mark.parametrize("name", [SINGLE])
 def test_dp_exposure_agrees_when_stage_0_dominates(compare: Callable[..., Compared],
                                                    instances: dict[str, Instance], name: str) -> None:
     """v = 1: both models start a stage's gradient buckets DP_BACKWARD_OVERLAP_FRACTION of its last
@@ -153,7 +154,18 @@ def test_dp_exposure_agrees_when_stage_0_dominates(compare: Callable[..., Compar
     assert sim_dp < dp_without_bucketing(workload)
 
 
-@pytest.mark.parametrize("name", [SINGLE, CAMPUS])
+@pytest.mark.parametrize("name", [SMALL, CAMPUS])
+def test_shared_route_dp_exposure_is_bounded_below(compare: Callable[..., Compared], name: str) -> None:
+    """DP across buildings: the stages' syncs and gathers share the route (max-min fair in the simulator);
+    the closed form charges their summed route seconds less the drain window, a lower bound."""
+    tp, pp, dp = {SMALL: (8, 4, 4), CAMPUS: (8, 4, 384)}[name]
+    _, est, sim, workload = compare(name, tp=tp, pp=pp, dp=dp, micro_batch_size=1, schedule="1f1b")
+    assert workload.dp_shared.all()
+    assert 0 < est.breakdown["exposed_dp_s"] <= sim.breakdown["exposed_dp_s"]
+    assert est.step_time_s <= sim.step_time_s <= 1.15 * est.step_time_s
+
+
+@pytest.mark.parametrize("name", [SINGLE])
 def test_dp_sync_after_backward_exposes_the_unbucketed_sync(compare: Callable[..., Compared], name: str) -> None:
     """dp_sync = after-backward: no bucketing credit in either model, so both expose the sync less the
     drain of earlier stages, which is more than the overlapped plan exposes."""
@@ -195,30 +207,17 @@ def test_zb_h1_closed_form_below_fill_bound(compare: Callable[..., Compared]) ->
     assert est.step_time_s < sim.step_time_s
 
 
-def test_interleaved_dp_sync_per_chunk_estimate_high(compare: Callable[..., Compared]) -> None:
-    """Interleaved v = 4 with a large cross-building DP sync: the estimate exposes more DP sync.
-
-    The closed form charges stage 0 Σ_c sync_c − 0.8·B_0 after its last backward. The simulator starts
-    chunk c's sync when chunk c's last backward ends; on stage 0 chunk c (≥ 1) finishes ≥ c·pp·b_min
-    earlier (the last micro-batch's backward must pass pp chunk positions per chunk). The serialised
-    syncs then end at most max_k(Σ_{c≤k} sync_c − k·pp·b_min) after the pipeline, which is below the
-    closed form whenever (v−1)·min_c sync_c ≥ 0.8·B_0 and (v−1)·pp·b_min ≥ 0.8·B_0 — checked below.
-    (The other stages end their chunks earlier still, by the drain; only the LM-head chunk has a larger
-    sync, and it is the first chunk ready.)
-    """
+def test_interleaved_shared_dp_sync_estimate_is_a_lower_bound(compare: Callable[..., Compared]) -> None:
+    """Interleaved v = 4 with a cross-building DP sync: chunk syncs start as their chunks finish and share
+    the route with the other stages' syncs; the closed form (whole stages, route seconds summed less the
+    drain window) stays below the simulator and close to it."""
     plan, est, sim, w = compare(CAMPUS, tp=8, pp=4, dp=384, micro_batch_size=1, schedule="interleaved-1f1b",
                                 virtual_stages=4)
     assert plan.placement is not None and plan.placement.cross_building is CrossBuilding.DP
-    v, pp = w.virtual_stages, w.pp
-    g = w.groups[0]
-    b_stage0 = float(g.bwd_s[0].sum())
-    b_min = float(g.bwd_s.min())  # interleaved does not split the backward
-    assert (v - 1) * float(w.dp_sync_s[0].min()) >= co.DP_BACKWARD_OVERLAP_FRACTION * b_stage0
-    assert (v - 1) * pp * b_min >= co.DP_BACKWARD_OVERLAP_FRACTION * b_stage0
     est_pipe, sim_pipe = pipeline_times(est, sim, w)
     assert abs(rel(est_pipe, sim_pipe)) <= PIPELINE_TOL  # the pipeline itself still agrees
-    assert est.breakdown["exposed_dp_s"] > sim.breakdown["exposed_dp_s"]
-    assert est.step_time_s > sim.step_time_s
+    assert est.breakdown["exposed_dp_s"] <= sim.breakdown["exposed_dp_s"]
+    assert est.step_time_s <= sim.step_time_s <= 1.15 * est.step_time_s
 
 
 def test_pp_across_long_latency_estimate_low(compare: Callable[..., Compared], instances: dict[str, Instance]) -> None:

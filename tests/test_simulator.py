@@ -63,24 +63,25 @@ def test_uneven_stage_durations() -> None:
     assert result.groups[0].busy_s.tolist() == pytest.approx([4.5, 7.25, 11.125])
 
 
-def test_link_sharing_two_simultaneous_transfers_each_take_twice_as_long() -> None:
-    # GPipe, zero-time forwards: F0 and F1 of stage 0 both end at t = 0 and send 1 s transfers at once.
+def test_link_transfers_sent_together_are_served_in_order() -> None:
+    # GPipe, zero-time forwards: F0 and F1 of stage 0 both end at t = 0 and send 1 s transfers at once;
+    # one replica's sends to one peer run in order on its communicator: the second waits for the first.
     wl = uniform_workload("gpipe", 2, 1, 2, fwd_s=0.0, cuts=(1,), p2p_bytes=4.0, bandwidth_bytes_per_s=4.0)
     timeline = simulate_workload(wl).groups[0]
     f_stage1 = np.flatnonzero((op_graph("gpipe", 2, 1, 2).stage == 1) & (op_graph("gpipe", 2, 1, 2).kind == 0))
     assert timeline.contended
     assert timeline.send[f_stage1].tolist() == [0.0, 0.0]
-    assert timeline.arrive[f_stage1].tolist() == pytest.approx([2.0, 2.0])
+    assert timeline.arrive[f_stage1].tolist() == pytest.approx([1.0, 2.0])
 
 
-def test_link_sharing_staggered_processor_sharing() -> None:
-    # Second transfer starts at 0.5: first has 0.5 s left, both at half rate → first ends 1.5, second 2.0.
+def test_link_transfers_staggered_first_come_first_served() -> None:
+    # Second transfer is sent at 1.0 while the first (sent at 0.5) runs until 1.5: it starts then, ends 2.5.
     wl = uniform_workload("gpipe", 2, 1, 2, fwd_s=0.5, cuts=(1,), p2p_bytes=1.0, bandwidth_bytes_per_s=1.0)
     timeline = simulate_workload(wl).groups[0]
     graph = op_graph("gpipe", 2, 1, 2)
     f_stage1 = np.flatnonzero((graph.stage == 1) & (graph.kind == 0))
     assert timeline.send[f_stage1].tolist() == pytest.approx([0.5, 1.0])
-    assert timeline.arrive[f_stage1].tolist() == pytest.approx([2.0, 2.5])
+    assert timeline.arrive[f_stage1].tolist() == pytest.approx([1.5, 2.5])
 
 
 def test_event_loop_matches_list_schedule_without_contention() -> None:

@@ -23,94 +23,11 @@ from ..schedules.registry import get_schedule
 from ..spec.instance import Instance
 from ..spec.job import Precision
 from ..spec.model import ModelSpec
-from ..spec.plan import CrossBuilding, Plan, Recompute
-from .compute import LayerKind, layer_kinds
+from ..spec.plan import Plan, Recompute
+from .compute import LayerKind
+from .layout import ResolvedPlan, resolve
 
 GIB = float(1 << 30)
-
-
-# --------------------------------------------------------------------------------------------------
-# Layout of the plan: which layers each (stage, chunk) holds, which building each stage is in
-# --------------------------------------------------------------------------------------------------
-
-
-def require_filled(plan: Plan) -> None:
-    """Raise ValueError unless ``plan.placement`` and ``plan.network`` are filled in."""
-    if plan.placement is None or plan.network is None:
-        raise ValueError("plan.placement and plan.network must be filled (plan_defaults.fill_defaults)")
-    if len(plan.placement.layers_per_stage) != plan.pp:
-        raise ValueError(f"layers_per_stage has {len(plan.placement.layers_per_stage)} entries, pp={plan.pp}")
-
-
-def chunk_layer_kinds(model: ModelSpec, plan: Plan) -> list[list[list[LayerKind]]]:
-    """Kinds of the layers held by [stage][chunk], in model order given the schedule's chunk mapping.
-
-    Stage s's layers are split over its v chunks as evenly as possible (the first chunks get one more).
-    """
-    require_filled(plan)
-    assert plan.placement is not None
-    pp, v = plan.pp, plan.virtual_stages
-    schedule = get_schedule(plan.schedule)
-    counts = [[0] * v for _ in range(pp)]
-    for s, n in enumerate(plan.placement.layers_per_stage):
-        for c in range(v):
-            counts[s][c] = n // v + (1 if c < n % v else 0)
-    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
-    kinds = layer_kinds(model)
-    if sum(counts[s][c] for _, s, c in order) != len(kinds):
-        raise ValueError(
-            f"layers_per_stage sums to {sum(plan.placement.layers_per_stage)}, model has {len(kinds)}"
-        )
-    out: list[list[list[LayerKind]]] = [[[] for _ in range(v)] for _ in range(pp)]
-    start = 0
-    for _, s, c in order:
-        out[s][c] = kinds[start : start + counts[s][c]]
-        start += counts[s][c]
-    return out
-
-
-def model_order(plan: Plan) -> list[tuple[int, int]]:
-    """(stage, chunk) pairs in the order a micro-batch's forward visits them."""
-    schedule = get_schedule(plan.schedule)
-    pp, v = plan.pp, plan.virtual_stages
-    return [
-        sc
-        for _, sc in sorted((schedule.chunk_stage(pp, v, c, s), (s, c)) for s in range(pp) for c in range(v))
-    ]
-
-
-def stage_maps(plan: Plan) -> list[tuple[tuple[str, ...], int]]:
-    """Distinct stage → building maps of the plan's pipelines with their replica counts.
-
-    none/dp: each share holds whole replicas in one building; pp: shares chain their stages in list
-    order and hold all dp replicas; pp+dp: the shares of one group chain their stages and the group
-    holds its dp_replicas (that of its first share). Identical maps are merged.
-    """
-    require_filled(plan)
-    placement = plan.placement
-    assert placement is not None
-    maps: dict[tuple[str, ...], int] = {}
-    if placement.cross_building in (CrossBuilding.NONE, CrossBuilding.DP):
-        for share in placement.buildings:
-            key = (share.building,) * plan.pp
-            maps[key] = maps.get(key, 0) + share.dp_replicas
-    else:
-        groups: dict[int, list] = {}
-        for share in placement.buildings:
-            groups.setdefault(0 if placement.cross_building is CrossBuilding.PP else share.group, []).append(
-                share
-            )
-        for shares in groups.values():
-            key = tuple(b for share in shares for b in [share.building] * share.pp_stages)
-            if len(key) != plan.pp:
-                raise ValueError(
-                    f"buildings {[s.building for s in shares]} hold {len(key)} stages, pp={plan.pp}"
-                )
-            replicas = plan.dp if placement.cross_building is CrossBuilding.PP else shares[0].dp_replicas
-            maps[key] = maps.get(key, 0) + replicas
-    if sum(maps.values()) != plan.dp:
-        raise ValueError(f"placement holds {sum(maps.values())} replicas, dp={plan.dp}")
-    return list(maps.items())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,12 +66,11 @@ def embedding_params(model: ModelSpec, tp: int) -> float:
     return model.vocab_size * model.hidden_size / tp
 
 
-def stage_params(model: ModelSpec, plan: Plan, stage: int) -> list[ParamCount]:
+def stage_params(layout: ResolvedPlan, stage: int) -> list[ParamCount]:
     """Parameters per chunk of ``stage`` on one GPU, embedding and LM head included where they live."""
-    kinds = chunk_layer_kinds(model, plan)
-    order = model_order(plan)
+    model, plan, order = layout.instance.job.model_spec, layout.plan, layout.order
     out = []
-    for c, chunk in enumerate(kinds[stage]):
+    for c, chunk in enumerate(layout.kinds[stage]):
         total = ParamCount(0.0, 0.0)
         for kind in chunk:
             total = total + layer_params(model, kind, plan.tp, plan.ep)
@@ -270,13 +186,12 @@ class MemoryBreakdown:
         return self.total_gib <= self.capacity_gib
 
 
-def _stage_memory(
-    instance: Instance, plan: Plan, stage: int, building: str, in_flight: float
-) -> MemoryBreakdown:
+def _stage_memory(layout: ResolvedPlan, stage: int, building: str, in_flight: float) -> MemoryBreakdown:
+    instance, plan = layout.instance, layout.plan
     model, job = instance.job.model_spec, instance.job
     dp_group = plan.dp * plan.cp
     expert_group = max(1, dp_group // plan.ep)
-    params = stage_params(model, plan, stage)
+    params = stage_params(layout, stage)
     dense = sum(p.dense for p in params)
     expert = sum(p.expert for p in params)
 
@@ -288,7 +203,7 @@ def _stage_memory(
     weights = sharded(co.WEIGHT_BYTES, plan.zero_stage >= 3)
     grads = sharded(co.GRAD_BYTES, plan.zero_stage >= 2)
     optimizer = sharded(co.OPTIMIZER_BYTES, plan.zero_stage >= 1)
-    kinds = chunk_layer_kinds(model, plan)[stage]
+    kinds = layout.kinds[stage]
     if plan.zero_stage >= 3 and any(kinds):
         biggest = max(
             sum(vars(layer_params(model, k, plan.tp, plan.ep)).values()) for chunk in kinds for k in chunk
@@ -308,7 +223,7 @@ def _stage_memory(
             for c in kinds
             for k in c
         )
-    if stage == model_order(plan)[-1][0]:
+    if stage == layout.order[-1][0]:
         tokens = job.seq_len * plan.micro_batch_size / plan.cp
         activations += co.LOGITS_BYTES_PER_ELEMENT * tokens * model.vocab_size / plan.tp
     overhead = co.MEMORY_FIXED_OVERHEAD_GIB + co.MEMORY_FRAGMENTATION_FRACTION * activations / GIB
@@ -318,10 +233,16 @@ def _stage_memory(
     )
 
 
-def memory_per_gpu(instance: Instance, plan: Plan) -> MemoryBreakdown:
+def layout_memory(layout: ResolvedPlan) -> MemoryBreakdown:
     """Memory of the worst (stage, building) pair: the one with the least headroom (capacity − total)."""
-    pairs = {(s, b) for stage_map, _ in stage_maps(plan) for s, b in enumerate(stage_map)}
-    m = max(1, plan.num_microbatches(instance.job.global_batch_size))
+    plan = layout.plan
+    pairs = {(s, b) for s, replicas in enumerate(layout.stage_replicas) for b in replicas}
+    m = max(1, layout.num_microbatches)
     in_flight = stage_in_flight(plan.schedule, plan.pp, plan.virtual_stages, m)
-    breakdowns = [_stage_memory(instance, plan, s, b, in_flight[s]) for s, b in sorted(pairs)]
+    breakdowns = [_stage_memory(layout, s, b, in_flight[s]) for s, b in sorted(pairs)]
     return min(breakdowns, key=lambda mb: mb.capacity_gib - mb.total_gib)
+
+
+def memory_per_gpu(instance: Instance, plan: Plan) -> MemoryBreakdown:
+    """``layout_memory`` of ``plan`` (placement and network filled) on ``instance``."""
+    return layout_memory(resolve(instance, plan))

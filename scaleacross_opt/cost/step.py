@@ -2,31 +2,38 @@
 
 Communication per micro-batch and layer (per GPU; S_act = tokens·h·2 bytes, tokens = b·s/cp):
 
+Every group's span over NVLink domains, nodes and buildings comes from the resolved plan
+(``cost.layout``); collectives are priced level by level (``cost.collectives``).
+
 - TP with sequence parallelism: 2 all-gathers + 2 reduce-scatters of S_act in forward and again in
-  backward (Korthikanti et al. 2022 §4.2.2), ring over NVLink (at NVLINK_PROTOCOL_EFFICIENCY of line
-  rate) when tp fits the node's NVLink domain, else over the NIC; ``TP_OVERLAP_FRACTION`` of it hidden,
-  or, with ``Plan.tp_comm_overlap``, each collective pipelined with the GEMM it feeds (all-gather before
-  QKV / FC1) or follows (reduce-scatter after out-proj / FC2): exposed max(0, comm − GEMM), a forward
-  reduce-scatter at least its last of TP_OVERLAP_RS_SPLITS chunks (``tp_exposed_s``).
+  backward (Korthikanti et al. 2022 §4.2.2) over the TP span (NVLink at NVLINK_PROTOCOL_EFFICIENCY of
+  line rate); ``TP_OVERLAP_FRACTION`` of it hidden, or, with ``Plan.tp_comm_overlap``, each collective
+  pipelined with the GEMM it feeds (all-gather before QKV / FC1) or follows (reduce-scatter after
+  out-proj / FC2): exposed max(0, comm − GEMM), a forward reduce-scatter at least its last of
+  TP_OVERLAP_RS_SPLITS chunks (``tp_exposed_s``).
 - CP (ring attention): cp−1 exchanges of the K/V block (2·tokens·kv·2/tp bytes) in forward, twice that
-  (K/V and their gradients) in backward, hidden behind the attention compute when shorter.
+  (K/V and their gradients) in backward, on the CP span's slowest level, hidden behind the attention
+  compute when shorter.
 - EP: all-to-all dispatch + combine of (tokens/tp)·top_k·h·2 bytes (each TP rank routes its sequence-
-  parallel slice) in forward and in backward over ep ranks,
-  NVLink when ep·tp GPUs fit a node, else the NIC; ``EP_OVERLAP_FRACTION`` hidden.
-- ZeRO-3: all-gather of the chunk's bf16 weights in forward and again in backward per micro-batch,
-  hidden behind ``ZERO3_OVERLAP_FRACTION`` of its compute (reported as exposed DP).
+  parallel slice) in forward and in backward over the EP span: the node-local share on NVLink, the rest
+  on the NIC; hidden behind the paired micro-batch's compute in DualPipe-style schedules.
+- ZeRO-3: all-gather of the chunk's bf16 weights in forward and again in backward per micro-batch over
+  the stage's real DP span (across buildings when its replicas are), prefetched behind
+  ``ZERO3_OVERLAP_FRACTION`` of its compute (reported as exposed DP).
 - PP: one activation (forward) or activation-gradient (backward) of S_act/tp bytes per GPU per
   micro-batch per stage boundary.
 - DP: per chunk, a reduce-scatter (ZeRO ≥ 1) or an all-reduce (ZeRO 0) of the gradients over the dp·cp
-  ranks (dp·cp/ep for expert weights); the ZeRO-1/2 all-gather of updated weights is assumed hidden
-  behind the next step's forward (Megatron --overlap-param-gather, FSDP prefetch) and not charged;
-  hierarchical across buildings when the cross-building algorithm is hierarchical, else one flat ring
-  over the bottleneck path.
+  ranks (dp·cp/ep for expert weights); ZeRO-1/2 also all-gather the updated bf16 weights after the
+  optimizer (``dp_gather_s``), overlapping the next step's first forward (Megatron
+  --overlap-param-gather); hierarchical across buildings when the cross-building algorithm is.
+- Shared resources: ``resource_busy`` adds up, per building's links and per GPU's NIC, the bytes of every
+  class that crosses them; no step is shorter than the busiest.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +47,7 @@ from ..spec.job import Precision
 from ..spec.model import ModelSpec
 from ..spec.network import CollectiveAlgorithm, TrafficClassConfig
 from ..spec.plan import DpSync, Plan, Recompute
-from .collectives import Collective, Level, all_to_all_s, collective_s, hierarchical_s, ring_half_s
+from .collectives import Collective, Level, group_size, span_collective_s
 from .compute import (
     LayerKind,
     OpTimes,
@@ -53,7 +60,8 @@ from .compute import (
     lm_head_times,
     model_flops_per_step,
 )
-from .memory import chunk_layer_kinds, memory_per_gpu, model_order, require_filled, stage_maps, stage_params
+from .layout import GroupSpan, ResolvedPlan, local_span, resolve
+from .memory import ParamCount, layout_memory, stage_params
 from .network import EffectivePath, effective_path
 from .report import BREAKDOWN_KEYS, StepReport
 from .workload import LinkShare, PipelineGroup, StepWorkload
@@ -62,7 +70,7 @@ COMM_CLASSES = ("tp", "cp", "ep", "dp")  # keys of StepWorkload.exposed_comm_s (
 
 
 # --------------------------------------------------------------------------------------------------
-# Paths
+# Paths and the levels of a group's span
 # --------------------------------------------------------------------------------------------------
 
 
@@ -85,22 +93,47 @@ def fabric_path(building: Building, config: TrafficClassConfig) -> EffectivePath
     return effective_path(nic * paths, latency, 0.0, config, paths, paths)
 
 
-def _group_path(building: Building, config: TrafficClassConfig, span_gpus: int) -> Level:
-    """NVLink when ``span_gpus`` consecutive GPUs fit one NVLink domain of a node, else the fabric."""
-    if span_gpus <= min(building.gpus_per_node, building.gpu_spec.nvlink_domain_size):
-        return nvlink_path(building)
-    path = fabric_path(building, config)
-    return Level(1, path.bandwidth_bytes_per_s, path.latency_s)
-
-
-def cross_path(instance: Instance, a: str, b: str, config: TrafficClassConfig, connections: int) -> Level:
-    """Per-connection goodput between buildings when ``connections`` GPUs cross the route at once (≤ NIC)."""
+def cross_aggregate(instance: Instance, a: str, b: str, config: TrafficClassConfig, connections: int) -> Level:
+    """Goodput of ``connections`` connections crossing the route a → b together (bytes/s, summed) and its
+    one-way latency; each connection is also capped by the slower end's NIC."""
     route = instance.cluster.route(a, b)
-    path = effective_path(
-        route.bandwidth_gbps, route.latency_us, route.loss_rate, config, connections, co.CROSS_BUILDING_PATHS
-    )
+    flows = max(1, connections)
+    path = effective_path(route.bandwidth_gbps, route.latency_us, route.loss_rate, config, flows,
+                          co.CROSS_BUILDING_PATHS)
     nic = min(instance.cluster.building(x).gpu_spec.nic_bandwidth_gbps for x in (a, b)) * 1e9 / 8
-    return Level(1, min(path.bandwidth_bytes_per_s, nic), path.latency_s)
+    return Level(1, min(path.bandwidth_bytes_per_s, nic) * flows, path.latency_s)
+
+
+def span_levels(layout: ResolvedPlan, span: GroupSpan, groups_crossing: int, hierarchical: bool) -> list[Level]:
+    """Levels of ``span`` (NVLink, fabric, buildings) as one of ``groups_crossing`` groups that cross the
+    buildings at once: NVLink per GPU; the fabric per domain = members there × one GPU's fabric goodput;
+    the buildings = this group's share of the slowest route of its ring (hierarchical: every inner member
+    holds a connection; flat: one per domain member at the building edge)."""
+    network = layout.network
+    buildings = [layout.buildings[name] for name in span.buildings]
+    nvlink = min((nvlink_path(b) for b in buildings), key=lambda lv: lv.bandwidth_bytes_per_s)
+    fabric = min((fabric_path(b, network.intra_building) for b in buildings), key=lambda p: p.bandwidth_bytes_per_s)
+    levels = [
+        Level(span.per_domain, nvlink.bandwidth_bytes_per_s, nvlink.latency_s),
+        Level(span.domains, span.per_domain * fabric.bandwidth_bytes_per_s, fabric.latency_s),
+    ]
+    if span.crosses_buildings:
+        names = list(span.buildings)
+        per_group = span.inner_size if hierarchical else span.per_domain
+        hops = [cross_aggregate(layout.instance, a, b, network.cross_building, per_group * groups_crossing)
+                for a, b in zip(names, names[1:] + names[:1], strict=True)]
+        worst = min(hops, key=lambda lv: lv.bandwidth_bytes_per_s)
+        levels.append(Level(len(names), worst.bandwidth_bytes_per_s / groups_crossing,
+                            max(h.latency_s for h in hops)))
+    return levels
+
+
+def _local_levels(building: Building, span: GroupSpan, config: TrafficClassConfig) -> list[Level]:
+    """Levels of a group inside one building (TP, CP, EP)."""
+    nvlink = nvlink_path(building)
+    fabric = fabric_path(building, config)
+    return [Level(span.per_domain, nvlink.bandwidth_bytes_per_s, nvlink.latency_s),
+            Level(span.domains, span.per_domain * fabric.bandwidth_bytes_per_s, fabric.latency_s)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -117,18 +150,23 @@ class _ChunkCost:
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
     """Exposed TP/CP/EP seconds (fwd, bwd) of one layer for one micro-batch.
 
+    Each group's span comes from the rank order (``layout.local_span``): TP inside a domain, CP and EP
+    at stride tp, their node-local share on NVLink and the rest on the NIC. EP all-to-all is hidden
+    behind the other micro-batch's compute in schedules that pair a forward and a backward chunk
+    (``PipelineSchedule.pairs_microbatches``, DualPipe): exposed max(0, all-to-all − that compute).
     Full recompute re-runs the forward inside the backward, collectives included (Megatron's
     checkpointed forward re-issues its TP all-reduces / all-gathers), so its backward also pays the
     forward's exposed communication.
     """
     model, job = instance.job.model_spec, instance.job
-    assert plan.network is not None
+    assert plan.network is not None  # probe plans carry the network only
     intra = plan.network.intra_building
     shard = Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep)
     act = shard.tokens * model.hidden_size * 2
     out: dict[str, tuple[float, float]] = {}
-    tp_link = _group_path(building, intra, plan.tp)
-    collective = ring_half_s(plan.tp, act, tp_link.bandwidth_bytes_per_s, tp_link.latency_s)
+    ring = CollectiveAlgorithm.RING
+    tp_levels = _local_levels(building, local_span(plan.tp, 1, building), intra)
+    collective = span_collective_s(Collective.ALL_GATHER, ring, tp_levels, act)
     if plan.tp_comm_overlap and plan.tp > 1:
         out["tp"] = tp_exposed_s(collective, model, kind, shard, building.gpu_spec, job.precision)
     else:
@@ -136,21 +174,26 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         out["tp"] = (tp_fwd, tp_fwd)
     cp_fwd = cp_bwd = 0.0
     if plan.cp > 1:
-        cp_link = _group_path(building, intra, plan.tp * plan.cp)
+        cp_levels = _local_levels(building, local_span(plan.cp, plan.tp, building), intra)
         kv_bytes = 2 * shard.tokens * model.num_kv_heads * model.head_dim_resolved * 2 / plan.tp
-        step = kv_bytes / cp_link.bandwidth_bytes_per_s + cp_link.latency_s
+        bottleneck = min(lv.bandwidth_bytes_per_s / max(1, i * cp_levels[0].ranks) if i else lv.bandwidth_bytes_per_s
+                         for i, lv in enumerate(cp_levels) if lv.ranks > 1)
+        step = kv_bytes / bottleneck + max(lv.latency_s for lv in cp_levels if lv.ranks > 1)
         attention = attention_times(model, shard, building.gpu_spec)
         cp_fwd = max(0.0, (plan.cp - 1) * step - attention.fwd_s)
         cp_bwd = max(0.0, 2 * (plan.cp - 1) * step - attention.bwd_input_s)
     out["cp"] = (cp_fwd, cp_bwd)
-    ep_fwd = 0.0
+    ep_fwd = ep_bwd = 0.0
     if kind is LayerKind.MOE and plan.ep > 1:
         assert model.moe is not None
-        ep_link = _group_path(building, intra, plan.ep * plan.tp)
+        ep_levels = _local_levels(building, local_span(plan.ep, plan.tp, building), intra)
         routed = shard.tokens * model.moe.top_k * model.hidden_size * 2 / plan.tp  # SP: T/tp tokens per rank
-        ep_fwd = 2 * all_to_all_s(plan.ep, routed, ep_link.bandwidth_bytes_per_s, ep_link.latency_s)
-        ep_fwd *= 1.0 - co.EP_OVERLAP_FRACTION
-    out["ep"] = (ep_fwd, ep_fwd)
+        a2a = 2 * span_collective_s(Collective.ALL_TO_ALL, ring, ep_levels, routed)  # dispatch + combine
+        ep_fwd = ep_bwd = a2a * (1.0 - co.EP_OVERLAP_FRACTION)
+        if get_schedule(plan.schedule).pairs_microbatches:
+            compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, plan.recompute)
+            ep_fwd, ep_bwd = max(0.0, ep_fwd - compute.bwd_s), max(0.0, ep_bwd - compute.fwd_s)
+    out["ep"] = (ep_fwd, ep_bwd)
     if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
         out = {name: (f, b + f) for name, (f, b) in out.items()}
     return out
@@ -190,14 +233,54 @@ def tp_exposed_s(
     return fwd, bwd
 
 
-def _chunk_cost(
-    instance: Instance, plan: Plan, stage: int, chunk: int, building: Building, dp_level: Level
-) -> _ChunkCost:
-    """Op times of (stage, chunk) for one micro-batch on a GPU of ``building``, communication included."""
+@dataclass(frozen=True)
+class _DpCollectives:
+    """How one stage's DP groups talk: levels of the dense and expert groups and the algorithm."""
+
+    dense: list[Level]
+    expert: list[Level]
+    algorithm: CollectiveAlgorithm
+    crosses_buildings: bool
+
+
+def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
+    """Levels of ``stage``'s DP groups. Across buildings every stage's tp groups sync at once (its own
+    DP stream; other stages share the route in the simulator), so tp groups share the route here."""
+    plan, network = layout.plan, layout.network
+    dense, expert = layout.dp_span(stage), layout.expert_dp_span(stage)
+    if dense.crosses_buildings:
+        algorithm = network.cross_building.collective_algorithm
+    else:
+        algorithm = network.intra_building.collective_algorithm
+        if algorithm is CollectiveAlgorithm.HIERARCHICAL:
+            algorithm = CollectiveAlgorithm.RING
+    hierarchical = algorithm is CollectiveAlgorithm.HIERARCHICAL
+    return _DpCollectives(
+        span_levels(layout, dense, plan.tp, hierarchical),
+        span_levels(layout, expert, plan.tp * plan.ep, hierarchical),
+        algorithm, dense.crosses_buildings,
+    )
+
+
+def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> float:
+    """One ZeRO-3 all-gather of a chunk's bf16 weights over the stage's real DP span."""
+    dp = _dp_collectives(layout, stage)
+    ag = Collective.ALL_GATHER
+    return (span_collective_s(ag, dp.algorithm, dp.dense, params.dense * co.WEIGHT_BYTES)
+            + span_collective_s(ag, dp.algorithm, dp.expert, params.expert * co.WEIGHT_BYTES))
+
+
+def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building) -> _ChunkCost:
+    """Op times of (stage, chunk) for one micro-batch on a GPU of ``building``, communication included.
+
+    ZeRO-3 gathers the chunk's weights before its forward and again before its backward, prefetched
+    behind ZERO3_OVERLAP_FRACTION of that pass's compute (reported as exposed DP).
+    """
+    instance, plan = layout.instance, layout.plan
     model, job = instance.job.model_spec, instance.job
     gpu = building.gpu_spec
     shard = Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep)
-    kinds = chunk_layer_kinds(model, plan)[stage][chunk]
+    kinds = list(layout.kinds[stage][chunk])
     total = OpTimes(0.0, 0.0, 0.0)
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     for kind in set(kinds):
@@ -211,19 +294,12 @@ def _chunk_cost(
         ).scaled(count)
         for name, (f, b) in comm.items():
             exposed[name] += count * (f + b)
-    order = model_order(plan)
-    if (stage, chunk) == order[0]:
+    if (stage, chunk) == layout.order[0]:
         total = total + embedding_times(model, shard, gpu)
-    if (stage, chunk) == order[-1]:
+    if (stage, chunk) == layout.order[-1]:
         total = total + lm_head_times(model, shard, gpu, job.precision)
     if plan.zero_stage >= 3:
-        params = stage_params(model, plan, stage)[chunk]
-        gather = ring_half_s(
-            plan.dp * plan.cp,
-            (params.dense + params.expert) * co.WEIGHT_BYTES,
-            dp_level.bandwidth_bytes_per_s,
-            dp_level.latency_s,
-        )
+        gather = _zero3_gather_s(layout, stage, stage_params(layout, stage)[chunk])
         fwd_extra = max(0.0, gather - co.ZERO3_OVERLAP_FRACTION * total.fwd_s)
         bwd_extra = max(0.0, gather - co.ZERO3_OVERLAP_FRACTION * total.bwd_s)
         exposed["dp"] = fwd_extra + bwd_extra
@@ -232,82 +308,111 @@ def _chunk_cost(
 
 
 # --------------------------------------------------------------------------------------------------
-# DP levels and sync
+# DP sync and the bytes every shared resource carries
 # --------------------------------------------------------------------------------------------------
 
 
-def _stage_buildings(plan: Plan, stage: int) -> dict[str, int]:
-    """Buildings holding stage ``stage`` of some replica → replicas there, in placement order."""
-    out: dict[str, int] = {}
-    for stage_map, replicas in stage_maps(plan):
-        out[stage_map[stage]] = out.get(stage_map[stage], 0) + replicas
-    return out
+@dataclass(frozen=True)
+class _DpSync:
+    """One chunk's DP traffic: seconds with the route to itself, and seconds of the whole cross-building
+    route its bytes need (what stages sharing the route split; 0 inside a building)."""
+
+    sync_s: float
+    gather_s: float
+    sync_route_s: float
+    gather_route_s: float
 
 
-def _dp_sync_s(instance: Instance, plan: Plan, stage: int, grad_params: float, expert_params: float) -> float:
-    """Seconds to sync one chunk's gradients of ``stage`` across DP while every stage syncs at once."""
-    assert plan.network is not None
-    buildings = _stage_buildings(plan, stage)
-    first = instance.cluster.building(next(iter(buildings)))
-    group_gpus = plan.tp * plan.cp * plan.dp
-    cross_cfg = plan.network.cross_building
-    inner_ranks = max(buildings.values()) * plan.cp
-    inner = _group_path(first, plan.network.intra_building, group_gpus if len(buildings) == 1 else 10**9)
-    hierarchical = cross_cfg.collective_algorithm is CollectiveAlgorithm.HIERARCHICAL and len(buildings) > 1
-    outer: Level | None = None
-    if len(buildings) > 1:
-        names = list(buildings)
-        # all pp stages sync at once; flat rings: tp rings per stage cross; hierarchical: every GPU does
-        connections = plan.pp * plan.tp * (inner_ranks if hierarchical else 1)
-        ring = zip(names, names[1:] + names[:1], strict=True)
-        hops = [cross_path(instance, a, b, cross_cfg, connections) for a, b in ring]
-        hops = hops[:1] if len(names) == 2 else hops
-        outer = Level(len(names), min(h.bandwidth_bytes_per_s for h in hops), max(h.latency_s for h in hops))
-        for name in names[1:]:
-            path = _group_path(instance.cluster.building(name), plan.network.intra_building, 10**9)
-            inner = min(inner, path, key=lambda lv: lv.bandwidth_bytes_per_s)
+def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
+    """Gradient sync and parameter gather of one chunk of ``stage``.
 
-    def sync(n: int, bytes_: float, op: Collective) -> float:
-        if n <= 1 or bytes_ <= 0:
-            return 0.0
-        if outer is None:
-            algorithm = plan.network.intra_building.collective_algorithm
-            algorithm = (
-                CollectiveAlgorithm.RING if algorithm is CollectiveAlgorithm.HIERARCHICAL else algorithm
-            )
-            return collective_s(op, algorithm, n, bytes_, inner.bandwidth_bytes_per_s, inner.latency_s)
-        if hierarchical:
-            n_in = max(1, n // outer.ranks)
-            return hierarchical_s(
-                op, Level(n_in, inner.bandwidth_bytes_per_s, inner.latency_s), outer, bytes_
-            )
-        return collective_s(
-            op,
-            cross_cfg.collective_algorithm,
-            n,
-            bytes_,
-            min(inner.bandwidth_bytes_per_s, outer.bandwidth_bytes_per_s),
-            max(inner.latency_s, outer.latency_s),
-        )
-
-    total = 0.0
-    for n, params in (
-        (plan.dp * plan.cp, grad_params),
-        (max(1, plan.dp * plan.cp // plan.ep), expert_params),
-    ):
-        grads = params * co.GRAD_REDUCE_BYTES
-        if plan.zero_stage == 0:
-            total += sync(n, grads, Collective.ALL_REDUCE)
-        else:
-            total += sync(n, grads, Collective.REDUCE_SCATTER)
-    return total
+    ZeRO-0: all-reduce of the gradients, no gather. ZeRO-1/2: reduce-scatter of the gradients, and
+    after the optimizer the all-gather of the updated bf16 parameters. ZeRO-3: reduce-scatter (its
+    gathers are per micro-batch, in the op times). Dense weights over dp·cp ranks, experts over dp·cp/ep.
+    Route seconds: the bytes entering a building (``_ring_volume`` per half, all tp (·ep) groups of the
+    stage) ÷ the route's goodput with all of them connected.
+    """
+    plan = layout.plan
+    dp = _dp_collectives(layout, stage)
+    sync = Collective.ALL_REDUCE if plan.zero_stage == 0 else Collective.REDUCE_SCATTER
+    grads = gathers = grads_route = gathers_route = 0.0
+    for levels, count in ((dp.dense, params.dense), (dp.expert, params.expert)):
+        grads += span_collective_s(sync, dp.algorithm, levels, count * co.GRAD_REDUCE_BYTES)
+        gather = plan.zero_stage in (1, 2)
+        if gather:
+            gathers += span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count * co.WEIGHT_BYTES)
+        if dp.crosses_buildings and count > 0:
+            n, parts = group_size(levels), levels[-1].ranks
+            # bytes entering a building per half, all groups together ÷ the route they share (= per group share)
+            half = _ring_volume(dp.algorithm, n, parts) / 2 * count / levels[-1].bandwidth_bytes_per_s
+            grads_route += (2 if sync is Collective.ALL_REDUCE else 1) * half * co.GRAD_REDUCE_BYTES
+            gathers_route += half * co.WEIGHT_BYTES if gather else 0.0
+    return _DpSync(grads, gathers, grads_route, gathers_route)
 
 
-def _dp_level(instance: Instance, plan: Plan, building: Building) -> Level:
-    """Path of ZeRO-3 gathers: the fabric (or NVLink when the whole DP group fits a node)."""
-    assert plan.network is not None
-    span = plan.tp * plan.cp * plan.dp if len(_stage_buildings(plan, 0)) == 1 else 10**9
-    return _group_path(building, plan.network.intra_building, span)
+def _ring_volume(algorithm: CollectiveAlgorithm, n: int, parts: int) -> float:
+    """Bytes per byte of buffer that enter each part of a ring-like all-reduce's group (both halves):
+    hierarchical 2(parts−1)/parts (only the outer shards cross), flat 2(n−1)/n (tree: 2)."""
+    if algorithm is CollectiveAlgorithm.HIERARCHICAL:
+        return 2 * (parts - 1) / parts
+    if algorithm is CollectiveAlgorithm.TREE:
+        return 2.0
+    return 2 * (n - 1) / n
+
+
+def resource_busy(layout: ResolvedPlan, p2p_bytes: float) -> dict[str, float]:
+    """Seconds each shared resource needs per step for all the traffic that crosses it.
+
+    ``ingress <b>``: every byte entering building b over its links (gradient sync, ZeRO gathers and
+    pipeline activations/gradients from other buildings) ÷ the goodput of all its links together.
+    ``NIC <b> stage s``: bytes one GPU's NIC sends per step for DP sync, ZeRO gathers and pipeline
+    transfers ÷ its fabric goodput. A step cannot be shorter than any of them, however the classes
+    interleave in time (the simulator's timeline shares resources within a class; this couples them).
+    """
+    instance, plan, network = layout.instance, layout.plan, layout.network
+    m = layout.num_microbatches
+    ingress: dict[str, float] = {}
+    nic: dict[str, float] = {}
+    # ring halves (one reduce-scatter or all-gather of the buffer) per step: all-reduce, or RS + AG of the
+    # updated weights (ZeRO-1/2), or RS + a gather before every micro-batch's forward and backward (ZeRO-3)
+    halves = 2.0 if plan.zero_stage < 3 else 1.0 + 2.0 * m
+    for s in range(plan.pp):
+        dp = _dp_collectives(layout, s)
+        dense, expert = layout.dp_span(s), layout.expert_dp_span(s)
+        chunk_params = stage_params(layout, s)
+        weights = sum(p.dense for p in chunk_params), sum(p.expert for p in chunk_params)
+        for span, count in ((dense, weights[0]), (expert, weights[1])):
+            if span.size <= 1 or count <= 0:
+                continue
+            # bytes of one RS/AG half per GPU: its (n−1)/n share of its own slice; the NIC carries it ÷ per_domain
+            half = count * co.WEIGHT_BYTES * (span.size - 1) / span.size
+            if span.crosses_domains:
+                for name in span.buildings:
+                    key = f"NIC {name} stage {s}"
+                    nic[key] = nic.get(key, 0.0) + halves * half / span.per_domain
+            if span.crosses_buildings:
+                volume = _ring_volume(dp.algorithm, span.size, len(span.buildings)) / 2
+                stage_bytes = count * co.WEIGHT_BYTES * plan.tp * (plan.ep if span is expert else 1)
+                for name in span.buildings:
+                    ingress[name] = ingress.get(name, 0.0) + halves * volume * stage_bytes
+    for stage_map, replicas in layout.pipelines:
+        for a, b in layout.boundaries:
+            src, dst = stage_map[a], stage_map[b]
+            if src != dst:
+                moved = m * replicas * p2p_bytes * plan.tp * plan.cp
+                ingress[dst] = ingress.get(dst, 0.0) + moved
+                ingress[src] = ingress.get(src, 0.0) + moved
+    busy: dict[str, float] = {}
+    for name, bytes_ in ingress.items():
+        capacity = sum(
+            cross_aggregate(instance, link.a, link.b, network.cross_building,
+                            layout.buildings[name].num_gpus).bandwidth_bytes_per_s
+            for link in instance.cluster.links if name in (link.a, link.b))
+        busy[f"ingress {name}"] = bytes_ / capacity if capacity > 0 else math.inf
+    for key, bytes_ in nic.items():
+        building = layout.buildings[key.split(" ")[1]]
+        busy[key] = bytes_ / fabric_path(building, network.intra_building).bandwidth_bytes_per_s
+    return busy
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,84 +420,85 @@ def _dp_level(instance: Instance, plan: Plan, building: Building) -> Level:
 # --------------------------------------------------------------------------------------------------
 
 
-def _pp_links(instance: Instance, plan: Plan, maps: list[tuple[tuple[str, ...], int]]) -> dict:
+def _pp_links(layout: ResolvedPlan) -> dict:
     """LinkShare per (src, dst) building pair used by a stage boundary (both directions)."""
-    assert plan.network is not None
-    order = model_order(plan)
+    instance, plan, network = layout.instance, layout.plan, layout.network
     replicas_on: dict[tuple[str, str], int] = {}
-    for stage_map, replicas in maps:
-        pairs = {(stage_map[a[0]], stage_map[b[0]]) for a, b in itertools.pairwise(order)}
+    for stage_map, replicas in layout.pipelines:
+        pairs = {(stage_map[a], stage_map[b]) for a, b in layout.boundaries}
         for src, dst in pairs | {(d, s) for s, d in pairs}:
             replicas_on[(src, dst)] = replicas_on.get((src, dst), 0) + replicas
     links: dict[tuple[str, str], LinkShare] = {}
     gpus = plan.tp * plan.cp
     for (src, dst), replicas in replicas_on.items():
         if src == dst:
-            path = fabric_path(instance.cluster.building(src), plan.network.intra_building)
-            level = Level(1, path.bandwidth_bytes_per_s, path.latency_s)
+            path = fabric_path(layout.buildings[src], network.intra_building)
+            links[(src, dst)] = LinkShare(src, dst, path.bandwidth_bytes_per_s, path.latency_s)
         else:
-            level = cross_path(instance, src, dst, plan.network.cross_building, replicas * gpus)
-        links[(src, dst)] = LinkShare(src, dst, level.bandwidth_bytes_per_s, level.latency_s)
+            total = cross_aggregate(instance, src, dst, network.cross_building, replicas * gpus)
+            links[(src, dst)] = LinkShare(src, dst, total.bandwidth_bytes_per_s / (replicas * gpus), total.latency_s)
     return links
 
 
 def build_workload(instance: Instance, plan: Plan) -> StepWorkload:
+    """``layout_workload`` of ``plan`` (placement and network filled) on ``instance``."""
+    return layout_workload(resolve(instance, plan))
+
+
+def layout_workload(layout: ResolvedPlan) -> StepWorkload:
     """Per-(stage, chunk) op times per pipeline group, links, DP sync times and optimizer time of a plan.
 
     Bandwidths and ``p2p_bytes`` are per GPU: each of a stage's tp·cp GPUs moves its own slice of the
     activation in parallel, so ``link.transfer_s(p2p_bytes)`` is the boundary's transfer time.
     """
-    require_filled(plan)
+    instance, plan = layout.instance, layout.plan
     model, job = instance.job.model_spec, instance.job
     pp, v = plan.pp, plan.virtual_stages
-    m = plan.num_microbatches(job.global_batch_size)
+    m = layout.num_microbatches
     if m < 1:
         raise ValueError(
             f"global batch {job.global_batch_size} < dp·micro_batch = {plan.dp * plan.micro_batch_size}"
         )
-    maps = stage_maps(plan)
     groups = []
     worst_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     worst_stage_time = -1.0
     cache: dict[tuple[int, int, str], _ChunkCost] = {}
-    for index, (stage_map, replicas) in enumerate(maps):
+    for index, (stage_map, replicas) in enumerate(layout.pipelines):
         fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
         for s in range(pp):
-            building = instance.cluster.building(stage_map[s])
+            building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
             for c in range(v):
                 key = (s, c, building.name)
                 if key not in cache:
-                    cache[key] = _chunk_cost(
-                        instance, plan, s, c, building, _dp_level(instance, plan, building)
-                    )
+                    cache[key] = _chunk_cost(layout, s, c, building)
                 cost = cache[key]
                 fwd[s, c], bwd_in[s, c], bwd_w[s, c] = (
-                    cost.times.fwd_s,
-                    cost.times.bwd_input_s,
-                    cost.times.bwd_weight_s,
+                    cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s,
                 )
                 for name in COMM_CLASSES:
                     stage_exposed[name] += m * cost.exposed[name]
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
-        name = "+".join(dict.fromkeys(stage_map)) + (f"#{index}" if len(maps) > 1 else "")
+        name = "+".join(dict.fromkeys(stage_map)) + (f"#{index}" if len(layout.pipelines) > 1 else "")
         groups.append(PipelineGroup(name, stage_map, fwd, bwd_in, bwd_w, replicas))
-    dp_sync = np.zeros((pp, v))
+    dp_sync, dp_gather, sync_route, gather_route = (np.zeros((pp, v)) for _ in range(4))
+    shared = np.zeros(pp, dtype=bool)
     optimizer = 0.0
     for s in range(pp):
-        params = stage_params(model, plan, s)
+        params = stage_params(layout, s)
+        shared[s] = layout.dp_span(s).crosses_buildings
         for c, p in enumerate(params):
-            dp_sync[s, c] = _dp_sync_s(instance, plan, s, p.dense, p.expert)
+            chunk = _dp_sync(layout, s, p)
+            dp_sync[s, c], dp_gather[s, c] = chunk.sync_s, chunk.gather_s
+            sync_route[s, c], gather_route[s, c] = chunk.sync_route_s, chunk.gather_route_s
         owned = sum(
             p.dense / (plan.dp * plan.cp) + p.expert / max(1, plan.dp * plan.cp // plan.ep) for p in params
         )
         if plan.zero_stage == 0:
             owned = sum(p.dense + p.expert for p in params)
-        hbm = min(
-            instance.cluster.building(b).gpu_spec.hbm_bandwidth_gb_per_s for b in _stage_buildings(plan, s)
-        )
+        hbm = min(layout.buildings[b].gpu_spec.hbm_bandwidth_gb_per_s for b in layout.stage_replicas[s])
         optimizer = max(optimizer, owned * co.ADAM_BYTES_PER_PARAM / (hbm * 1e9 * co.HBM_EFFICIENCY))
     p2p_bytes = job.seq_len * plan.micro_batch_size * model.hidden_size * 2 / (plan.tp * plan.cp)
     return StepWorkload(
@@ -402,11 +508,16 @@ def build_workload(instance: Instance, plan: Plan) -> StepWorkload:
         num_microbatches=m,
         groups=tuple(groups),
         p2p_bytes=p2p_bytes,
-        links=_pp_links(instance, plan, maps),
+        links=_pp_links(layout),
         dp_sync_s=dp_sync,
+        dp_gather_s=dp_gather,
+        dp_sync_route_s=sync_route,
+        dp_gather_route_s=gather_route,
+        dp_shared=shared,
         dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION if plan.dp_sync is DpSync.OVERLAP_BACKWARD else 0.0,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
+        resource_busy_s=resource_busy(layout, p2p_bytes),
     )
 
 
@@ -454,35 +565,95 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
 
 
+def sync_windows(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float) -> np.ndarray:
+    """(pp, v): how long before the pipeline ends each chunk's gradient sync may start, at most.
+
+    Chunk (s, c) at model position p syncs ``overlap_fraction`` of its last backward op (W when the
+    schedule splits the backward, else B) before that op ends, and the last micro-batch's input-gradient
+    backward must still pass every position below p: Σ_{k<p} B_in(k) + overlap·last op.
+    """
+    schedule = get_schedule(workload.schedule)
+    pp, v = workload.pp, workload.virtual_stages
+    chain = group.bwd_input_s if schedule.splits_backward else group.bwd_s
+    last = group.bwd_weight_s if schedule.splits_backward else group.bwd_s
+    position = np.array([[schedule.chunk_stage(pp, v, c, s) for c in range(v)] for s in range(pp)])
+    by_position = np.zeros(pp * v)
+    by_position[position] = chain
+    drain = np.concatenate([[0.0], np.cumsum(by_position)[:-1]])
+    return drain[position] + overlap_fraction * last
+
+
+def _released_after(window: np.ndarray, work: np.ndarray) -> float:
+    """max over jobs j of (Σ work of jobs whose window ≤ window_j) − window_j: the jobs released no earlier
+    than j all run after j's release on one stream (or one shared route)."""
+    order = np.argsort(window.ravel(), kind="stable")
+    return float(np.max(np.cumsum(work.ravel()[order]) - window.ravel()[order], initial=0.0))
+
+
 def exposed_dp_s(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float | None = None) -> float:
-    """DP sync not hidden: stage s syncs after its last backward, hidden behind the drain of earlier stages
-    (Σ_{s'<s} B_s') and ``overlap_fraction`` (default: the plan's) of its own last backward (bucketing)."""
+    """DP sync not hidden behind the pipeline (``sync_windows``, ``overlap_fraction`` default: the
+    plan's): on each stage's DP stream, and on the route the stages share when their groups cross
+    buildings (route seconds)."""
     if overlap_fraction is None:
         overlap_fraction = workload.dp_overlap_fraction
-    bwd = group.bwd_s.sum(axis=1)
-    drain = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
-    window = drain + overlap_fraction * bwd
-    return float(np.maximum(0.0, workload.dp_sync_s.sum(axis=1) - window).max())
+    window = sync_windows(workload, group, overlap_fraction)
+    alone = max(_released_after(window[s], workload.dp_sync_s[s]) for s in range(workload.pp))
+    shared = np.asarray(workload.dp_shared, dtype=bool)
+    route = _released_after(window[shared], workload.dp_sync_route_s[shared]) if shared.any() else 0.0
+    return max(0.0, alone, route)
+
+
+def gather_windows(workload: StepWorkload) -> np.ndarray:
+    """(pp,): how far into the next step stage s's ZeRO-1/2 gathers may run: its first forward starts after
+    the forwards of chunk 0 on the stages before it and waits only for the first buckets, so
+    Σ_{s'<s} F(s', 0) + overlap·F(s, 0) (the smallest over the pipeline groups; transfers ignored)."""
+    windows = []
+    for group in workload.groups:
+        first = group.fwd_s[:, 0]
+        windows.append(np.concatenate([[0.0], np.cumsum(first)[:-1]]) + workload.dp_overlap_fraction * first)
+    return np.min(windows, axis=0)
+
+
+def exposed_gather_s(workload: StepWorkload) -> float:
+    """ZeRO-1/2 parameter all-gathers not hidden behind the next step's forward (after the optimizer):
+    each stage's gathers less its window; stages whose groups cross buildings share the route, so stages
+    0..k need Σ of their route seconds within stage k's window."""
+    if not workload.dp_gather_s.any():
+        return 0.0
+    window = gather_windows(workload)
+    alone = workload.dp_gather_s.sum(axis=1) - window
+    route = np.cumsum(np.where(workload.dp_shared, workload.dp_gather_route_s.sum(axis=1), 0.0)) - window
+    return max(0.0, float(alone.max()), float(route.max()))
+
+
+def busiest_resource(workload: StepWorkload) -> tuple[str, float]:
+    """The shared resource with the most seconds of traffic per step (name, seconds); ('', 0) if none."""
+    if not workload.resource_busy_s:
+        return "", 0.0
+    return max(workload.resource_busy_s.items(), key=lambda item: (item[1], item[0]))
 
 
 def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, float]]:
-    """Step time = max over groups (pipeline + exposed DP) + optimizer, with its breakdown (BREAKDOWN_KEYS).
+    """Step time = max(max over groups (pipeline + exposed DP) + optimizer + exposed ZeRO gather,
+    busiest shared resource), with its breakdown (BREAKDOWN_KEYS).
 
     Pipeline of a group with T_s = Σ_c (F + B) of stage s per micro-batch, schedule bubble fraction β:
     base = m·max_s T_s + β·m·(Σ_s T_s − max_s T_s)/(pp − 1) (exact for 1F1B/GPipe/interleaved on uniform
     stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base, Little's-law bound
     m·(Σ_s T_s + H)/in_flight, link-busy bound m·bytes/bandwidth per boundary) + H, where H is one forward
     and one backward traversal of every stage boundary (latency + bytes/bandwidth).
-    Ignored (left to the simulator): contention between transfers of one replica on a link, overlap of
-    the p2p transfers with compute beyond the fill/drain traversal, DP sync overlapping earlier
-    micro-batches, stragglers. The breakdown's exposed TP/CP/EP are those of the slowest stage.
+    Ignored (left to the simulator): queueing of transfers, overlap of the p2p transfers with compute
+    beyond the fill/drain traversal, DP syncs of different stages sharing a route, stragglers. The
+    breakdown's exposed TP/CP/EP are those of the slowest stage.
     """
     best: tuple[float, dict[str, float]] | None = None
+    gather = exposed_gather_s(workload)
     for group in workload.groups:
         pipeline, parts = _group_time(workload, group)
         exposed_dp = exposed_dp_s(workload, group)
-        if best is None or pipeline + exposed_dp > best[0]:
-            best = (pipeline + exposed_dp, {**parts, "exposed_dp_s": exposed_dp})
+        total = pipeline + exposed_dp + workload.optimizer_s + gather
+        if best is None or total > best[0]:
+            best = (total, {**parts, "exposed_dp_s": exposed_dp + gather})
     assert best is not None
     total, parts = best
     comm = workload.exposed_comm_s
@@ -496,14 +667,18 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
         "exposed_dp_s": parts["exposed_dp_s"] + comm["dp"],
         "optimizer_s": workload.optimizer_s,
     }
+    _, busy = busiest_resource(workload)
+    if busy > total:
+        breakdown[workload.resource_excess_key] += busy - total
+        total = busy
     assert tuple(breakdown) == BREAKDOWN_KEYS
-    return total + workload.optimizer_s, breakdown
+    return total, breakdown
 
 
 def peak_flops(instance: Instance, plan: Plan) -> float:
     """Σ over the plan's GPUs of the peak for the job's precision (bf16 or fp8), FLOP/s."""
     total = 0.0
-    for stage_map, replicas in stage_maps(plan):
+    for stage_map, replicas in resolve(instance, plan).pipelines:
         for name in stage_map:
             gpu = instance.cluster.building(name).gpu_spec
             peak = gpu.peak_fp8_tflops if instance.job.precision is Precision.FP8 else gpu.peak_bf16_tflops
@@ -517,12 +692,13 @@ def estimate(instance: Instance, plan: Plan) -> StepReport:
     MFU = model FLOPs ÷ (Σ peak × step time), peak by job precision. ``details['lower_bound_s']`` =
     model FLOPs ÷ Σ peak.
     """
-    workload = build_workload(instance, plan)
+    layout = resolve(instance, plan)
+    workload = layout_workload(layout)
     step, breakdown = pipeline_time_closed_form(workload)
     job = instance.job
     flops = model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size)
     peak = peak_flops(instance, plan)
-    memory = memory_per_gpu(instance, plan)
+    memory = layout_memory(layout)
     return StepReport(
         step_time_s=step,
         mfu=flops / (peak * step),

@@ -62,11 +62,24 @@ class StepWorkload:
     groups: tuple[PipelineGroup, ...]
     p2p_bytes: float  # activation (forward) or activation-gradient (backward) bytes per micro-batch per boundary
     links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
-    dp_sync_s: np.ndarray  # (pp, v): exposed-if-alone time to sync one chunk's gradients across DP
+    dp_sync_s: np.ndarray  # (pp, v): time to sync one chunk's gradients across DP with the route to itself
+    dp_gather_s: np.ndarray  # (pp, v): ZeRO-1/2 all-gather of one chunk's updated weights after the optimizer
+    dp_sync_route_s: np.ndarray  # (pp, v): seconds of the whole cross-building route one chunk's sync needs
+    dp_gather_route_s: np.ndarray  # (pp, v): likewise for its gather
+    dp_shared: np.ndarray  # (pp,) bool: the stage's DP group crosses buildings (stages share the route)
     dp_overlap_fraction: float  # part of a chunk's last backward its gradient sync may overlap (0: after it)
     optimizer_s: float  # optimizer step (after all gradient syncs)
     # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd
     exposed_comm_s: dict[str, float]
+    # seconds per step each shared resource (building links, a GPU's NIC) needs for all traffic classes
+    resource_busy_s: dict[str, float]
+
+    @property
+    def resource_excess_key(self) -> str:
+        """Breakdown key charged when the busiest resource outlasts the timeline: DP when gradients cross
+        buildings, else PP."""
+        return "exposed_dp_s" if bool(np.any(self.dp_shared)) or not any(
+            a != b for a, b in self.links) else "exposed_pp_s"
 
     def link(self, src: str, dst: str) -> LinkShare:
         """The path from building ``src`` to ``dst``."""

@@ -13,9 +13,11 @@ from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
 from ..cost.compute import LayerKind, Shard, layer_kinds, layer_times, lm_head_times
+from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
 from ..cost.step import fabric_path, layer_comm
+from ..schedules import get_schedule
 from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
 from .space import DesignSpace, Shape
@@ -39,7 +41,7 @@ class Coefficients:
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
     cross_hop_us: dict[Transport, int]  # one-way latency of the shortest cross-building route
     cross_algorithm_steps: dict[CollectiveAlgorithm, str]  # how latency steps grow: 'linear', 'log', 'buildings'
-    model_grad_mib: float  # gradient bytes of one full replica
+    layer_grad_mib: float  # gradient bytes of one whole layer (all TP shards) at the n = 2 ring volume
     pp_link_mib_per_chunk: float  # activation + gradient MiB crossing one boundary per step, per virtual chunk
     optimizer_us_per_layer_pp: dict[str, float]  # optimizer step per unit of layers·pp on this building's GPU
     zero3_gather_us_per_layer: dict[Shape, int]  # ZeRO-3 weight all-gathers (fwd + bwd) per layer per micro-batch
@@ -57,10 +59,11 @@ KIB = 1 << 10
 _FLOW_PROBES = (1, 4, 16, 64, 256, 1024, 16384, 1 << 20)
 
 
-def _probe_plan(shape: Shape, transport: TrafficClassConfig, tp_comm_overlap: bool) -> Plan:
-    """A plan carrying only what per-layer costs depend on (degrees of the shard, network settings)."""
+def _probe_plan(shape: Shape, transport: TrafficClassConfig, tp_comm_overlap: bool, schedule: str) -> Plan:
+    """A plan carrying only what per-layer costs depend on (degrees of the shard, network settings, whether
+    the schedule pairs micro-batches)."""
     return Plan(tp=shape.tp, cp=shape.cp, pp=1, dp=1, ep=shape.ep, micro_batch_size=shape.micro_batch_size,
-                schedule="1f1b", recompute=shape.recompute, zero_stage=1, tp_comm_overlap=tp_comm_overlap,
+                schedule=schedule, recompute=shape.recompute, zero_stage=1, tp_comm_overlap=tp_comm_overlap,
                 network=NetworkConfig(intra_building=transport, cross_building=transport))
 
 
@@ -121,16 +124,18 @@ def prune_space(instance: Instance, space: DesignSpace) -> DesignSpace:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             tp_comm_overlap: bool) -> dict[LayerKind, float]:
-    """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included)."""
+             space: DesignSpace) -> dict[LayerKind, float]:
+    """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
+    the least over the space's transports and over its schedules (pairing micro-batches hides EP)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
+    probes = {get_schedule(name).pairs_microbatches: name for name in space.schedules}.values()
     out = {}
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
-        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config, tp_comm_overlap), building,
-                                                kind).values())
-                   for t in transports)
+        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config, space.tp_comm_overlap,
+                                                                          name), building, kind).values())
+                   for t in transports for name in probes)
         out[kind] = compute.fwd_s + compute.bwd_s + comm
     return out
 
@@ -153,7 +158,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = math.inf
         for b in buildings:
-            per_kind = _layer_s(instance, shape, b, intra_transports, space.tp_comm_overlap)
+            per_kind = _layer_s(instance, shape, b, intra_transports, space)
             layer_us[(shape, b.name)] = int(min(per_kind.values()) * 1e6)
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
@@ -163,8 +168,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                                     shape.cp, shape.recompute) for k in kinds) / KIB
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
         kiloparams[shape] = int(per_gpu / 1000)
-        # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it.
-        grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB)
+        # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it, and
+        # the members of one DP group in an NVLink domain (at most domain ÷ tp) share their NICs.
+        sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in buildings)
+        grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
         gather_bw, gather_latency = _dp_path_best(instance, space, shape, intra_transports)
@@ -187,7 +194,6 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         cross_hop[t] = int(min(p.latency_s for p in paths) * 1e6)
     steps = {CollectiveAlgorithm.RING: "linear", CollectiveAlgorithm.TREE: "log", CollectiveAlgorithm.PAT: "log",
              CollectiveAlgorithm.HIERARCHICAL: "buildings"}
-    total_params = full_params * model.layers
     optimizer_us = {b.name: full_params * co.ADAM_BYTES_PER_PARAM / n
                     / (b.gpu_spec.hbm_bandwidth_gb_per_s * 1e9 * co.HBM_EFFICIENCY) * 1e6 for b in buildings}
     clamp = _clamp_us
@@ -200,7 +206,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
-        model_grad_mib=total_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
+        layer_grad_mib=full_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_gather_us_per_layer=zero3, zero3_step_us=zero3_step,
     )
@@ -208,10 +214,12 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
 
 def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transports: list[Transport]
                   ) -> tuple[float, float]:
-    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``: the fabric,
-    or NVLink if some pipeline depth leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
+    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``: the NICs of
+    the group's members in one NVLink domain (at most domain ÷ tp), or NVLink if some pipeline depth
+    leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
     paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
-    bandwidth = max(p.bandwidth_bytes_per_s for p in paths)
+    sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in instance.cluster.buildings)
+    bandwidth = max(p.bandwidth_bytes_per_s for p in paths) * sharing
     latency = min(p.latency_s for p in paths)
     node = max(min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings)
     if instance.num_gpus // max(space.pp) <= node:

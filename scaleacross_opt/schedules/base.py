@@ -38,6 +38,9 @@ class PipelineSchedule(ABC):
     description: ClassVar[str]
     splits_backward: ClassVar[bool] = False  # B is input-grad only and W ops exist
     orders_by_op_times: ClassVar[bool] = False  # timed_stage_ops depends on the F:B:W duration ratio
+    # a forward chunk of one micro-batch runs overlapped with a backward chunk of another (DualPipe), so
+    # each one's EP all-to-all hides behind the other's compute
+    pairs_microbatches: ClassVar[bool] = False
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """Why this schedule cannot run (pp, v, m), or None when it can."""

@@ -88,6 +88,7 @@ class DualPipe(PipelineSchedule):
     name: ClassVar[str] = "dualpipe"
     description: ClassVar[str] = "DeepSeek DualPipe in its V form (DualPipeV): 2 chunks/stage, B/W split; m >= 2p."
     splits_backward: ClassVar[bool] = True
+    pairs_microbatches: ClassVar[bool] = True  # DeepSeek-V3 §3.2.1: forward and backward chunks overlapped
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """v = 2 and m ≥ 2p."""

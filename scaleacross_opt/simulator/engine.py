@@ -9,15 +9,28 @@ the schedule's op order. An op starts when its stream is free and its data depen
   when the op graph is built — so the stream order already enforces them.)
 
 A dependency between different stages is a point-to-point transfer of ``p2p_bytes``: serialisation
-(bytes ÷ bandwidth, processor-shared) followed by the path's latency. Contention resources: a
-cross-building directed link (src, dst building) is one resource shared by all the group's
-transfers on it; inside a building every directed stage pair is its own resource (separate NICs on
-a non-blocking fabric) with the (b, b) path's bandwidth. Groups are independent (each LinkShare is
-already one replica's share); they meet only in DP gradient sync: for each stage, chunk syncs run
-serialised on the stage's DP stream, each starting once that chunk's gradient buckets start to be
-ready in every group — ``workload.dp_overlap_fraction`` of the chunk's last backward op (W if split,
-else B) before it ends (bucketed reduce, PyTorch DDP / Megatron overlap_grad_reduce; 0 for a plan whose
-sync follows the backward) — in order of readiness. The optimizer step follows the last sync.
+(bytes ÷ bandwidth) followed by the path's latency. Contention resources: a cross-building directed
+link (src, dst building) is one resource shared by all the group's transfers on it; inside a
+building every directed stage pair is its own resource (separate NICs) with the (b, b) path's
+bandwidth. Transfers on one resource are served first come, first served: a replica's sends to one
+peer are issued in order on one NCCL communicator (Megatron's p2p ops), each at the replica's share
+of the path. Symmetry: every group stands for its ``num_replicas`` identical replicas (each
+LinkShare is one replica's share of the path when all replicas transfer at once), so one
+representative per group is simulated.
+
+DP sync: for each stage, chunk syncs run serialised on the stage's DP stream, each starting once
+that chunk's gradient buckets start to be ready in every group — ``workload.dp_overlap_fraction`` of
+the chunk's last backward op (W if split, else B) before it ends (bucketed reduce, PyTorch DDP /
+Megatron overlap_grad_reduce; 0 for a plan whose sync follows the backward) — in order of readiness.
+Stages whose DP groups cross buildings (``dp_shared``) share the route: the syncs active at one
+moment split it equally (processor sharing); stages inside buildings use their own NICs. The
+optimizer step follows the last sync. ZeRO-1/2 then all-gather the updated weights (same streams,
+same sharing); the next step's first forward of a stage waits for its first buckets, so the step
+lasts until every gather of stage s ends, less ``cost.step.gather_windows`` (the chunk-0 forwards
+of the stages before s and the ``dp_overlap_fraction`` of its own; the step is periodic).
+Finally, no step is shorter than the busiest shared resource
+(``workload.resource_busy_s``: all classes' bytes on a building's links or a GPU's NIC ÷ capacity),
+which couples the classes the timeline keeps apart.
 
 Design (fastest exact method, per group):
 
@@ -28,9 +41,8 @@ Design (fastest exact method, per group):
 2. A list-scheduling pass in topological order computes start = max(stream free, data arrived)
    with transfers charged latency + bytes ÷ bandwidth alone: one tight loop over plain lists.
 3. If no two transfers overlap on a resource (checked vectorised), that timeline is exact.
-   Otherwise the group is re-run by an event loop (heapq) with processor-sharing resources,
-   implemented with per-resource virtual time (each of n active transfers progresses at bw/n; a
-   transfer ends when the resource's virtual time reaches its start value + bytes).
+   Otherwise the group is re-run by an event loop (heapq) in time order, where a transfer starts
+   when its resource is free (first come, first served).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cost.step import busiest_resource, gather_windows
 from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
@@ -246,12 +259,26 @@ class SimResult:
     dp_start_s: np.ndarray  # (pp, v) start of each chunk's DP sync
     dp_end_s: np.ndarray  # (pp, v)
     optimizer_start_s: float
-    step_time_s: float
+    optimizer_end_s: float
+    gather_start_s: np.ndarray  # (pp, v) ZeRO-1/2 all-gather of updated weights (empty when none)
+    gather_end_s: np.ndarray  # (pp, v)
+    timeline_end_s: float  # optimizer end, or later while the gathers delay the next step's forward
+    step_time_s: float  # timeline end, or the busiest shared resource's seconds when longer
 
     @property
     def exposed_dp_s(self) -> float:
         """DP sync time not hidden behind the pipeline."""
         return self.optimizer_start_s - self.pipeline_end_s
+
+    @property
+    def exposed_gather_s(self) -> float:
+        """ZeRO-1/2 gather time the next step's forward waits for."""
+        return self.timeline_end_s - self.optimizer_end_s
+
+    @property
+    def resource_excess_s(self) -> float:
+        """Time the busiest shared resource needs beyond the timeline."""
+        return self.step_time_s - self.timeline_end_s
 
     @property
     def num_ops(self) -> int:
@@ -271,25 +298,96 @@ def _simulate_order(graph: OpGraph, workload: StepWorkload) -> SimResult:
     groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
     pipeline_end = max(g.makespan_s for g in groups)
     overlap = workload.dp_overlap_fraction
-    ready = np.max([g.end[graph.last_backward] - overlap * (g.end[graph.last_backward] - g.start[graph.last_backward])
-                    for g in groups], axis=0)  # (pp, v)
-    dp_start, dp_end = _dp_sync(ready, np.asarray(workload.dp_sync_s, dtype=np.float64))
+    last = graph.last_backward
+    ready = np.max([g.end[last] - overlap * (g.end[last] - g.start[last]) for g in groups], axis=0)  # (pp, v)
+    shared = np.asarray(workload.dp_shared, dtype=bool)
+    dp_start, dp_end = shared_streams(ready, np.asarray(workload.dp_sync_s, dtype=np.float64),
+                                      np.asarray(workload.dp_sync_route_s, dtype=np.float64), shared)
     optimizer_start = max(pipeline_end, float(dp_end.max()))
+    optimizer_end = optimizer_start + workload.optimizer_s
+    timeline_end = optimizer_end
+    gather = np.asarray(workload.dp_gather_s, dtype=np.float64)
+    gather_start = gather_end = np.zeros_like(gather)
+    if gather.any():
+        window = gather_windows(workload)[:, None]
+        release = np.full_like(gather, optimizer_end)
+        gather_start, gather_end = shared_streams(release, gather, np.asarray(workload.dp_gather_route_s), shared)
+        timeline_end = max(optimizer_end, float((gather_end - window).max()))
+    _, busy = busiest_resource(workload)
     return SimResult(
         graph=graph, groups=groups, pipeline_end_s=pipeline_end, dp_start_s=dp_start, dp_end_s=dp_end,
-        optimizer_start_s=optimizer_start, step_time_s=optimizer_start + workload.optimizer_s,
+        optimizer_start_s=optimizer_start, optimizer_end_s=optimizer_end, gather_start_s=gather_start,
+        gather_end_s=gather_end, timeline_end_s=timeline_end, step_time_s=max(timeline_end, busy),
     )
 
 
-def _dp_sync(ready: np.ndarray, dp_sync_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per stage, serialise chunk syncs in order of readiness; each starts ≥ its chunk's readiness."""
+def shared_streams(ready: np.ndarray, work: np.ndarray, route: np.ndarray, shared: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of jobs (stage s, chunk c) of ``work[s, c]`` seconds alone, released at ``ready[s, c]``.
+
+    Each stage serves its chunks one at a time in order of release (ties by chunk). Jobs of the
+    stages flagged ``shared`` also need ``route[s, c]`` seconds of one shared route; the active ones
+    get max-min fair shares of it (water-filling: a job needing the fraction route/work to go at full
+    speed gets at most that), and progress at min(1/work, share/route) of the job per second.
+    """
     start, end = np.zeros_like(ready), np.zeros_like(ready)
+    orders: dict[int, list[int]] = {}
     for s in range(ready.shape[0]):
+        order = [int(c) for c in np.argsort(ready[s], kind="stable")]
+        if shared[s]:
+            orders[s] = order
+            continue
         t = 0.0
-        for c in np.argsort(ready[s], kind="stable"):
+        for c in order:
             start[s, c] = t = max(t, ready[s, c])
-            end[s, c] = t = t + dp_sync_s[s, c]
-    return start, end
+            end[s, c] = t = t + work[s, c]
+    heads = dict.fromkeys(orders, 0)
+    free_at = dict.fromkeys(orders, 0.0)
+    left: dict[int, float] = {}  # stage → fraction left of its job in progress
+    t = 0.0
+    while True:
+        for s, order in orders.items():  # admit released jobs of idle stages (empty ones end at once)
+            while s not in left and heads[s] < len(order) and max(ready[s, order[heads[s]]], free_at[s]) <= t:
+                c = order[heads[s]]
+                start[s, c] = max(ready[s, c], free_at[s])
+                if work[s, c] > 0:
+                    left[s] = 1.0
+                else:
+                    end[s, c] = free_at[s] = start[s, c]
+                    heads[s] += 1
+        pending = [max(ready[s, order[heads[s]]], free_at[s]) for s, order in orders.items()
+                   if s not in left and heads[s] < len(order)]
+        if not left:
+            if not pending:
+                return start, end
+            t = min(pending)
+            continue
+        rates = _fair_rates({s: (work[s, orders[s][heads[s]]], route[s, orders[s][heads[s]]]) for s in left})
+        dt = min([left[s] / rates[s] for s in left] + [p - t for p in pending if p > t])
+        t += dt
+        for s in list(left):
+            left[s] -= dt * rates[s]
+            if left[s] <= 1e-12:
+                end[s, orders[s][heads[s]]] = free_at[s] = t
+                heads[s] += 1
+                del left[s]
+
+
+def _fair_rates(jobs: dict[int, tuple[float, float]]) -> dict[int, float]:
+    """Progress per second of jobs (work alone, route seconds) sharing one route max-min fairly."""
+    rates: dict[int, float] = {}
+    demand = {}
+    for s, (alone, need) in jobs.items():
+        if need <= 0:
+            rates[s] = 1.0 / alone
+        else:
+            demand[s] = need / alone  # route fraction for full speed
+    capacity = 1.0
+    for k, s in enumerate(sorted(demand, key=lambda x: (demand[x], x))):
+        share = min(demand[s], capacity / (len(demand) - k))
+        capacity -= share
+        rates[s] = share / jobs[s][1]
+    return rates
 
 
 def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload) -> GroupTimeline:
@@ -364,16 +462,16 @@ def _overlaps(send: np.ndarray, serial: np.ndarray, res: np.ndarray) -> bool:
     return bool(np.any((r[1:] == r[:-1]) & (s[1:] < e[:-1] - tol)))
 
 
-_OP_END, _ARRIVE, _RESOURCE = 0, 1, 2
+_OP_END, _ARRIVE = 0, 1
 
 
 def _event_loop(
     graph: OpGraph, dur: np.ndarray, res: np.ndarray, work: np.ndarray, latency: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact timeline with processor-sharing transfers: (op end, transfer send, transfer arrival).
+    """Exact timeline with first-come-first-served transfers: (op end, transfer send, transfer arrival).
 
-    Each resource keeps a virtual clock advancing at 1/n per second with n active transfers; a
-    transfer needing w seconds alone completes when the clock passes its start value + w.
+    Events are handled in time order, so a transfer sent at t starts at max(t, its resource's free
+    time), occupies it for its serialisation time and arrives one latency later.
     """
     n = dur.size
     durs = dur.tolist()
@@ -384,25 +482,12 @@ def _event_loop(
     end = [0.0] * n
     send = [float("nan")] * n
     arrive = [float("nan")] * n
-    nres = len(work_l)
-    clock, last, active, version = [0.0] * nres, [0.0] * nres, [0] * nres, [0] * nres
-    queues: list[list[tuple[float, int]]] = [[] for _ in range(nres)]
-    tol = 1e-12 * max(work_l, default=0.0)
-    events: list[tuple[float, int, int, int]] = [(durs[i], _OP_END, i, 0) for i in range(n) if pending[i] == 0]
+    free = [0.0] * len(work_l)
+    events: list[tuple[float, int, int]] = [(durs[i], _OP_END, i) for i in range(n) if pending[i] == 0]
     heapq.heapify(events)
     push, pop = heapq.heappush, heapq.heappop
-
-    def advance(r: int, t: float) -> None:
-        if active[r]:
-            clock[r] += (t - last[r]) / active[r]
-        last[r] = t
-
-    def reschedule(r: int, t: float) -> None:
-        version[r] += 1
-        push(events, (t + (queues[r][0][0] - clock[r]) * active[r], _RESOURCE, r, version[r]))
-
     while events:
-        t, etype, i, ver = pop(events)
+        t, etype, i = pop(events)
         if etype == _OP_END:
             end[i] = t
             ready = [stream_next[i]]
@@ -413,29 +498,15 @@ def _event_loop(
                 if r < 0:
                     ready.append(c)
                     continue
-                advance(r, t)
                 send[c] = t
-                heapq.heappush(queues[r], (clock[r] + work_l[r], c))
-                active[r] += 1
-                reschedule(r, t)
-        elif etype == _RESOURCE:
-            if ver != version[i]:
-                continue
-            advance(i, t)
-            queue = queues[i]
-            while queue and queue[0][0] <= clock[i] + tol:
-                c = heapq.heappop(queue)[1]
-                active[i] -= 1
-                arrive[c] = t + lat_l[i]
-                push(events, (arrive[c], _ARRIVE, c, 0))
-            if queue:
-                reschedule(i, t)
-            continue
+                free[r] = (t if t > free[r] else free[r]) + work_l[r]
+                arrive[c] = free[r] + lat_l[r]
+                push(events, (arrive[c], _ARRIVE, c))
         else:
             ready = [i]
         for j in ready:
             if j >= 0:
                 pending[j] -= 1
                 if pending[j] == 0:
-                    push(events, (t + durs[j], _OP_END, j, 0))
+                    push(events, (t + durs[j], _OP_END, j))
     return np.array(end), np.array(send), np.array(arrive)

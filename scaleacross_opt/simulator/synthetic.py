@@ -14,12 +14,13 @@ def uniform_workload(
     schedule: str, pp: int, v: int, m: int, *, fwd_s: float = 1.0, bwd_input_s: float = 1.0,
     bwd_weight_s: float = 1.0, cuts: Sequence[int] = (), latency_s: float = 0.0, p2p_bytes: float = 0.0,
     bandwidth_bytes_per_s: float = float("inf"), dp_sync_s: float = 0.0, optimizer_s: float = 0.0,
-    num_groups: int = 1,
+    num_groups: int = 1, dp_gather_s: float = 0.0, dp_route_s: float = 0.0,
 ) -> StepWorkload:
     """Every (stage, chunk) takes the same time; stages before each cut form one building.
 
     Buildings are "b0", "b1", …; cross-building paths have ``latency_s``; every path (also inside a
-    building) has ``bandwidth_bytes_per_s``.
+    building) has ``bandwidth_bytes_per_s``. ``dp_route_s`` > 0 makes every stage's DP group cross
+    buildings, its sync and gather each needing that many seconds of the shared route.
     """
     building = tuple(f"b{sum(s >= c for c in cuts)}" for s in range(pp))
     names = sorted(set(building))
@@ -34,6 +35,9 @@ def uniform_workload(
     )
     return StepWorkload(
         schedule=schedule, pp=pp, virtual_stages=v, num_microbatches=m, groups=groups, p2p_bytes=p2p_bytes,
-        links=links, dp_sync_s=np.full(shape, dp_sync_s), dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION,
-        optimizer_s=optimizer_s, exposed_comm_s={},
+        links=links, dp_sync_s=np.full(shape, dp_sync_s), dp_gather_s=np.full(shape, dp_gather_s),
+        dp_sync_route_s=np.full(shape, dp_route_s),
+        dp_gather_route_s=np.full(shape, dp_route_s if dp_gather_s else 0.0),
+        dp_shared=np.full(pp, dp_route_s > 0), dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION,
+        optimizer_s=optimizer_s, exposed_comm_s={"tp": 0.0, "cp": 0.0, "ep": 0.0, "dp": 0.0}, resource_busy_s={},
     )

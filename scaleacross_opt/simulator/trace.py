@@ -47,7 +47,10 @@ def trace_events(result: SimResult, workload: StepWorkload) -> list[dict[str, ob
             meta(pid, 1, "thread_name", "dp-comm")
             for c in range(graph.virtual_stages):
                 span(pid, 1, f"dp-sync chunk {c}", result.dp_start_s[s, c], result.dp_end_s[s, c], {"chunk": c})
-            span(pid, 0, "optimizer", result.optimizer_start_s, result.step_time_s, {})
+                if result.gather_end_s.any():
+                    span(pid, 1, f"param-gather chunk {c}", result.gather_start_s[s, c], result.gather_end_s[s, c],
+                         {"chunk": c})
+            span(pid, 0, "optimizer", result.optimizer_start_s, result.optimizer_end_s, {})
         for i, (s, mb, c, k, t0, t1) in enumerate(zip(
             graph.stage.tolist(), graph.microbatch.tolist(), graph.chunk.tolist(), graph.position.tolist(),
             timeline.start.tolist(), timeline.end.tolist(), strict=True,

@@ -10,9 +10,10 @@ pipeline ≥ m·t_max + bubble + hops, with
   hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across; pp+dp: the fewest boundaries of any
   group's pipeline): the first micro-batch's forward and the last one's backward traverse every boundary;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
-DP sync (a reduce-scatter of fp32 gradients): intra ≥ the first stage's bytes per GPU · cost per byte;
-cross (dp or pp+dp across) ≥ whole-gradient bytes ·
-cost per byte + latency steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
+DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
+(÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
+cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the route's
+best goodput + latency steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
 overlap with that chunk's last backward.
 step ≥ pipeline + exposed DP + optimizer.
@@ -294,13 +295,13 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     if not crossing or pv.cross_transport is None or pv.cross_algorithm is None:
         return dp_total
     cross = _new(model, "dp_cross_us")
-    # Reduce-scatter of the fp32 gradients over the dp·cp ranks (ZeRO-1/2 gather the weights during the
-    # next forward): ring volume 2(n−1)/n × its n = 2 coefficient; (n−1) latency steps for a flat ring,
-    # ⌈log2 n⌉ for tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's
-    # ring joins ≥ 2 groups). The cost model runs every stage's sync at once over one route (pp·tp flows),
-    # so under pp+dp the stages' gradients again add up to the whole model's on the best route.
+    # Reduce-scatter of the gradients over the dp·cp ranks (ZeRO-1/2 gather the weights after the optimizer):
+    # ring volume 2(n−1)/n × its n = 2 coefficient; (n−1) latency steps for a flat ring, ⌈log2 n⌉ for
+    # tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's ring joins ≥ 2
+    # groups). The stages share the route, but the other stages' syncs may end during the drain: only the
+    # first stage's layers (whole layers: all its TP groups cross) are bounded, over the route's best goodput.
     for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        base = coeffs.model_grad_mib * coeffs.cross_us_per_mib[transport]
+        per_layer = coeffs.layer_grad_mib * coeffs.cross_us_per_mib[transport]
         hop = coeffs.cross_hop_us[transport]
         for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             steps = coeffs.cross_algorithm_steps[algorithm]
@@ -308,11 +309,12 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
                 when = [mode_lit, lit, alg_lit]
                 if steps == "buildings":
                     outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
-                    model.Add(cross >= int(base) + hop * outer).OnlyEnforceIf(when)
+                    model.Add(cross >= int(per_layer) * sync_layers + hop * outer).OnlyEnforceIf(when)
                     continue
                 for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
                     latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
-                    model.Add(cross >= int(base * ring_factor(d)) + latency).OnlyEnforceIf([*when, d_lit])
+                    model.Add(cross >= int(per_layer * ring_factor(d)) * sync_layers + latency
+                              ).OnlyEnforceIf([*when, d_lit])
     model.Add(dp_total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:
