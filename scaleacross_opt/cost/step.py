@@ -32,6 +32,7 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..catalog import coefficients as co
+from ..schedules.base import OpKind
 from ..schedules.registry import get_schedule
 from ..spec.cluster import Building
 from ..spec.gpu import GpuSpec
@@ -562,7 +564,39 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
         default=0.0,
     )
     total = max(base, little, link_busy) + hops
+    total = max(total, _boundary_chain_s(workload, group))
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
+
+
+@functools.lru_cache(maxsize=256)
+def forwards_before_first_backward(schedule_name: str, pp: int, v: int, m: int) -> tuple[int, ...]:
+    """Per stage: forward ops its op order runs before its first backward."""
+    out = []
+    for ops in get_schedule(schedule_name).stage_ops(pp, v, m):
+        out.append(next((i for i, op in enumerate(ops) if op.kind is OpKind.B), len(ops)))
+    return tuple(out)
+
+
+def _boundary_chain_s(workload: StepWorkload, group: PipelineGroup) -> float:
+    """v = 1: a slow boundary k → k+1 serialises its transfers. Stage k+1 runs its first backward only
+    after n_F forwards arrived (its schedule's warm-up), each crossing after the previous one; then all m
+    gradients cross back one after another, and the last one still passes stages ≤ k:
+    T ≥ Σ_{s≤k} F_s + n_F·x_f + α + B_{k+1} + m·x_b + α + Σ_{s≤k} B_s (x: one transfer alone)."""
+    if workload.virtual_stages != 1 or workload.pp < 2:
+        return 0.0
+    schedule = get_schedule(workload.schedule)
+    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
+    fwd_s, bwd_s = group.fwd_s[:, 0], bwd[:, 0]
+    warmup = forwards_before_first_backward(workload.schedule, workload.pp, 1, workload.num_microbatches)
+    where, m, size = group.stage_building, workload.num_microbatches, workload.p2p_bytes
+    best = 0.0
+    for k in range(workload.pp - 1):
+        ahead, behind = workload.link(where[k], where[k + 1]), workload.link(where[k + 1], where[k])
+        chain = (float(fwd_s[: k + 1].sum()) + warmup[k + 1] * size / ahead.bandwidth_bytes_per_s + ahead.latency_s
+                 + float(bwd_s[k + 1]) + m * size / behind.bandwidth_bytes_per_s + behind.latency_s
+                 + float(bwd_s[: k + 1].sum()))
+        best = max(best, chain)
+    return best
 
 
 def sync_windows(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float) -> np.ndarray:
