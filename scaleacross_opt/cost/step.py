@@ -556,16 +556,38 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
     )
     in_flight = schedule.in_flight_microbatches(pp, v, m)
     little = m * (float(per_stage.sum()) + hops) / max(in_flight, 1.0)  # Little's law at stage 0
-    link_busy = max(
-        (
-            m * bounds.count(pair) * workload.p2p_bytes / workload.link(*pair).bandwidth_bytes_per_s
-            for pair in bounds
-        ),
-        default=0.0,
-    )
-    total = max(base, little, link_busy) + hops
-    total = max(total, _boundary_chain_s(workload, group))
+    total = max(base + hops, little, _link_bound_s(workload, group), _boundary_chain_s(workload, group))
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
+
+
+def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
+    """Every directed path between buildings serves all its transfers one after another: T ≥ (earliest any
+    of them can be sent) + m·count·x + α + (least work left after any of them).
+
+    With F(k), B(k) per micro-batch at model position k and a boundary k → k+1: a forward transfer there is
+    sent ≥ Σ_{≤k} F and leaves Σ_{>k} F + Σ B behind it; a backward one is sent ≥ Σ F + Σ_{>k} B and
+    leaves Σ_{≤k} B (B: input gradient when the schedule splits the backward)."""
+    schedule = get_schedule(workload.schedule)
+    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
+    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
+    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
+    f = np.array([group.fwd_s[s, c] for _, s, c in order])
+    b = np.array([bwd[s, c] for _, s, c in order])
+    f_upto, b_upto = np.cumsum(f), np.cumsum(b)
+    where = [group.stage_building[s] for _, s, _ in order]
+    uses: dict[tuple[str, str], list[tuple[float, float]]] = {}  # path → (earliest send, work left) per use
+    for k in range(len(order) - 1):
+        src, dst = where[k], where[k + 1]
+        if src == dst:
+            continue
+        uses.setdefault((src, dst), []).append((f_upto[k], f_upto[-1] - f_upto[k] + b_upto[-1]))
+        uses.setdefault((dst, src), []).append((f_upto[-1] + b_upto[-1] - b_upto[k], b_upto[k]))
+    best = 0.0
+    for path, items in uses.items():
+        link = workload.link(*path)
+        busy = m * len(items) * size / link.bandwidth_bytes_per_s
+        best = max(best, min(e for e, _ in items) + busy + link.latency_s + min(w for _, w in items))
+    return best
 
 
 @functools.lru_cache(maxsize=256)
@@ -673,9 +695,10 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
 
     Pipeline of a group with T_s = Σ_c (F + B) of stage s per micro-batch, schedule bubble fraction β:
     base = m·max_s T_s + β·m·(Σ_s T_s − max_s T_s)/(pp − 1) (exact for 1F1B/GPipe/interleaved on uniform
-    stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base, Little's-law bound
-    m·(Σ_s T_s + H)/in_flight, link-busy bound m·bytes/bandwidth per boundary) + H, where H is one forward
-    and one backward traversal of every stage boundary (latency + bytes/bandwidth).
+    stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base + H, Little's-law bound
+    m·(Σ_s T_s + H)/in_flight (a micro-batch holds one of in_flight slots of stage 0 for a whole round
+    trip), each cross-building path's serialised transfers (``_link_bound_s``), the slow-boundary chain),
+    where H is one forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
     Ignored (left to the simulator): queueing of transfers, overlap of the p2p transfers with compute
     beyond the fill/drain traversal, DP syncs of different stages sharing a route, stragglers. The
     breakdown's exposed TP/CP/EP are those of the slowest stage.
