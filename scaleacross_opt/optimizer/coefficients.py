@@ -46,6 +46,7 @@ class Coefficients:
     optimizer_us_per_layer_pp: dict[str, float]  # optimizer step per unit of layers·pp on this building's GPU
     zero3_gather_us_per_layer: dict[Shape, int]  # ZeRO-3 weight all-gathers (fwd + bwd) per layer per micro-batch
     zero3_step_us: dict[Shape, int]  # latency of one ZeRO-3 all-gather ring step for this shape's DP path
+    zero3_on_nic: dict[Shape, bool]  # no pipeline depth fits this shape's DP group in one NVLink domain
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -152,6 +153,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    zero3_nic: dict[Shape, bool] = {}
     counts = Counter(layer_kinds(model))
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
@@ -174,7 +176,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
-        gather_bw, gather_latency = _dp_path_best(instance, space, shape, intra_transports)
+        gather_bw, gather_latency, on_nic = _dp_path_best(instance, space, shape, intra_transports)
+        zero3_nic[shape] = on_nic
         zero3[shape] = int(2 * per_gpu * co.WEIGHT_BYTES / 2 / gather_bw * 1e6)
         zero3_step[shape] = int(gather_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
@@ -209,14 +212,15 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         layer_grad_mib=full_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_gather_us_per_layer=zero3, zero3_step_us=zero3_step,
+        zero3_on_nic=zero3_nic,
     )
 
 
 def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transports: list[Transport]
-                  ) -> tuple[float, float]:
-    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``: the NICs of
-    the group's members in one NVLink domain (at most domain ÷ tp), or NVLink if some pipeline depth
-    leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
+                  ) -> tuple[float, float, bool]:
+    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``, and whether it
+    is always the NICs: the NICs of the group's members in one NVLink domain (at most domain ÷ tp), or
+    NVLink if some pipeline depth leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
     paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
     sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in instance.cluster.buildings)
     bandwidth = max(p.bandwidth_bytes_per_s for p in paths) * sharing
@@ -224,8 +228,8 @@ def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transpor
     node = max(min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings)
     if instance.num_gpus // max(space.pp) <= node:
         nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
-        bandwidth, latency = max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6)
-    return bandwidth, latency
+        return max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6), False
+    return bandwidth, latency, True
 
 
 # Coefficients beyond these are clamped (a plan that slow is never a candidate; the simulator still

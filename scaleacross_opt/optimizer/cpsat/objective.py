@@ -190,8 +190,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    if 3 in pv.zero.values:
-        _add_zero3_gathers(pv, coeffs, pipeline)
+    zero3_nic = _add_zero3_gathers(pv, coeffs, pipeline) if 3 in pv.zero.values else []
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
     dp_total = _add_dp_sync(pv, coeffs)
@@ -213,14 +212,19 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer)
+    for scaled_bytes, condition in zero3_nic:
+        model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
 
 
-def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar) -> None:
+def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar
+                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """ZeRO-3: the gathers of every micro-batch run on one stream, so the pipeline lasts at least their
-    sum: m·layers·(bytes/bandwidth) + 2(dp·cp−1) ring steps per micro-batch, where m·(dp−1) = gbs/mbs − m."""
+    sum: m·layers·(bytes/bandwidth) + 2(dp·cp−1) ring steps per micro-batch, where m·(dp−1) = gbs/mbs − m.
+    Returns (scaled µs, condition) bounds of the whole step for shapes whose DP group always crosses NICs:
+    each GPU's NIC also carries the step's gradient reduce-scatter (half a micro-batch's two gathers)."""
     model = pv.model
     zero3 = pv.zero.lit(3)
     gbs = pv.instance.job.global_batch_size
@@ -232,12 +236,17 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
     ring_steps = _new(model, "zero3_ring_steps", 2 * gbs)
     model.Add(ring_steps == 2 * (pv.micro_batch.linear([gbs // b for b in pv.micro_batch.values]) - pv.microbatches))
     latency = _product(model, "zero3_latency_us", ring_steps, step_us)
+    on_nic = model.NewBoolVar("zero3_group_on_nics")
+    model.Add(on_nic == pv.shape.linear([int(coeffs.zero3_on_nic[shape]) for shape in pv.shape.values]))
+    step_bounds = []
     for b, building in enumerate(pv.instance.cluster.buildings):
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], per_layer)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
         for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
             ring = int(SCALE * ring_factor(d))
             model.Add(SCALE * pipeline >= ring * total + SCALE * latency).OnlyEnforceIf([zero3, d_lit])
+            step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
+    return step_bounds
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
