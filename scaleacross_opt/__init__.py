@@ -9,15 +9,19 @@ Python API::
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from .errors import InfeasibleError, InputError
 from .io import load_instance, load_plan
 
 
-def solve(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Solve an instance; see ``scaleacross_opt.optimizer.solve``."""
-    from .optimizer import solve as _solve
+def __getattr__(name: str) -> Any:
+    """``solve`` is imported on first use (the optimizer loads OR-Tools, which the CLI's other commands
+    do not need); ``help(scaleacross_opt.solve)`` shows ``scaleacross_opt.optimizer.solve`` itself."""
+    if name == "solve":
+        from .optimizer import solve
 
-    return _solve(*args, **kwargs)
-
+        return solve
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["InfeasibleError", "InputError", "__version__", "load_instance", "load_plan", "solve"]

@@ -76,7 +76,7 @@ def report_from_result(
     )
 
 
-def simulate(instance: Instance, plan: Plan, trace_path: Path | None = None) -> StepReport:
+def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = None) -> StepReport:
     """Simulate one step of ``plan`` on ``instance``; optionally write a Chrome/Perfetto trace.
 
     The plan's defaults are filled in first; the workload, memory and peak FLOP/s come from the
@@ -91,7 +91,7 @@ def simulate(instance: Instance, plan: Plan, trace_path: Path | None = None) -> 
     workload = build_workload(instance, plan)
     result = simulate_workload(workload)
     if trace_path is not None:
-        write_trace(trace_path, result, workload)
+        write_trace(Path(trace_path), result, workload)
     job = instance.job
     memory = memory_per_gpu(instance, plan)
     return report_from_result(

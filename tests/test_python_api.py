@@ -1,0 +1,29 @@
+"""The Python API as a pipeline uses it: real signatures, plain string paths."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import scaleacross_opt
+from scaleacross_opt.io import load_instance
+from scaleacross_opt.plan_defaults import fill_defaults
+from scaleacross_opt.simulator import simulate
+from scaleacross_opt.spec import Plan
+
+INSTANCES = Path(__file__).resolve().parent.parent / "instances"
+
+
+def test_solve_shows_its_real_signature() -> None:
+    parameters = inspect.signature(scaleacross_opt.solve).parameters
+    assert {"instance", "time_limit_s", "seed", "top_k"} <= set(parameters)
+    assert scaleacross_opt.solve.__module__ == "scaleacross_opt.optimizer"
+
+
+def test_simulate_writes_a_trace_to_a_string_path(tmp_path: Path) -> None:
+    instance = load_instance(INSTANCES / "small-two-buildings-llama3-8b.yaml")
+    plan = fill_defaults(instance, Plan(tp=8, pp=2, dp=8, micro_batch_size=1, schedule="1f1b"))
+    target = tmp_path / "trace.json"
+    simulate(instance, plan, trace_path=str(target))
+    assert json.loads(target.read_text())["traceEvents"]
