@@ -591,33 +591,46 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def forwards_before_first_backward(schedule_name: str, pp: int, v: int, m: int) -> tuple[int, ...]:
-    """Per stage: forward ops its op order runs before its first backward."""
-    out = []
-    for ops in get_schedule(schedule_name).stage_ops(pp, v, m):
-        out.append(next((i for i, op in enumerate(ops) if op.kind is OpKind.B), len(ops)))
-    return tuple(out)
+def forwards_before_first_backward(schedule_name: str, pp: int, v: int, m: int,
+                                   times: tuple[int, int, int]) -> dict[tuple[int, int], int]:
+    """(stage, chunk) → forward ops of that chunk its stage runs before the chunk's first backward, in the
+    op order for relative op durations ``times``."""
+    out: dict[tuple[int, int], int] = {}
+    for stage, ops in enumerate(get_schedule(schedule_name).timed_stage_ops(pp, v, m, times)):
+        seen = [0] * v
+        for op in ops:
+            if op.kind is OpKind.F:
+                seen[op.chunk] += 1
+            elif op.kind is OpKind.B and (stage, op.chunk) not in out:
+                out[(stage, op.chunk)] = seen[op.chunk]
+    return out
 
 
 def _boundary_chain_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """v = 1: a slow boundary k → k+1 serialises its transfers. Stage k+1 runs its first backward only
-    after n_F forwards arrived (its schedule's warm-up), each crossing after the previous one; then all m
-    gradients cross back one after another, and the last one still passes stages ≤ k:
-    T ≥ Σ_{s≤k} F_s + n_F·x_f + α + B_{k+1} + m·x_b + α + Σ_{s≤k} B_s (x: one transfer alone)."""
-    if workload.virtual_stages != 1 or workload.pp < 2:
-        return 0.0
+    """A cross-building boundary between model positions k → k+1 serialises its transfers. The chunk at
+    k+1 runs its first backward only after n_F of its forwards arrived (its schedule's warm-up), each
+    crossing after the previous one; then all m gradients cross back one after another, and the last one
+    still passes positions ≤ k: T ≥ Σ_{≤k} F + n_F·x_f + α + B(k+1) + m·x_b + α + Σ_{≤k} B (x: one
+    transfer alone; n_F the least over the op orders the simulator may run)."""
     schedule = get_schedule(workload.schedule)
+    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
+    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
     bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
-    fwd_s, bwd_s = group.fwd_s[:, 0], bwd[:, 0]
-    warmup = forwards_before_first_backward(workload.schedule, workload.pp, 1, workload.num_microbatches)
-    where, m, size = group.stage_building, workload.num_microbatches, workload.p2p_bytes
+    f = np.array([group.fwd_s[s, c] for _, s, c in order])
+    b = np.array([bwd[s, c] for _, s, c in order])
+    f_upto, b_upto = np.cumsum(f), np.cumsum(b)
+    warmups = [forwards_before_first_backward(workload.schedule, pp, v, m, t) for t in workload.candidate_op_times()]
     best = 0.0
-    for k in range(workload.pp - 1):
-        ahead, behind = workload.link(where[k], where[k + 1]), workload.link(where[k + 1], where[k])
-        chain = (float(fwd_s[: k + 1].sum()) + warmup[k + 1] * size / ahead.bandwidth_bytes_per_s + ahead.latency_s
-                 + float(bwd_s[k + 1]) + m * size / behind.bandwidth_bytes_per_s + behind.latency_s
-                 + float(bwd_s[: k + 1].sum()))
-        best = max(best, chain)
+    for k in range(len(order) - 1):
+        (_, s0, _), (_, s1, c1) = order[k], order[k + 1]
+        src, dst = group.stage_building[s0], group.stage_building[s1]
+        if src == dst:
+            continue
+        ahead, behind = workload.link(src, dst), workload.link(dst, src)
+        warmup = min(w.get((s1, c1), 0) for w in warmups)
+        chain = (f_upto[k] + warmup * size / ahead.bandwidth_bytes_per_s + ahead.latency_s + b[k + 1]
+                 + m * size / behind.bandwidth_bytes_per_s + behind.latency_s + b_upto[k])
+        best = max(best, float(chain))
     return best
 
 

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..schedules.common import UNIT_OP_TIMES
+from ..schedules.registry import get_schedule
+
+# Schedules that order ops by their durations get the plan's F:B:W ratio in steps of 1/8 of F (coarse
+# enough that similar plans share one cached op order).
+OP_TIME_STEPS = 8
+
 
 @dataclass(frozen=True)
 class LinkShare:
@@ -80,6 +87,24 @@ class StepWorkload:
         buildings, else PP."""
         return "exposed_dp_s" if bool(np.any(self.dp_shared)) or not any(
             a != b for a, b in self.links) else "exposed_pp_s"
+
+    def op_times(self) -> tuple[int, int, int]:
+        """Mean F, B, W op durations in units of F/OP_TIME_STEPS (each ≥ 1)."""
+        means = [float(np.mean([getattr(g, name).mean() for g in self.groups]))
+                 for name in ("fwd_s", "bwd_input_s", "bwd_weight_s")]
+        if means[0] <= 0:
+            return UNIT_OP_TIMES
+        f, b, w = (max(1, round(OP_TIME_STEPS * x / means[0])) for x in means)
+        return f, b, w
+
+    def candidate_op_times(self) -> list[tuple[int, int, int]]:
+        """Relative op durations of the op orders this step may run: the schedule's own order, and for
+        schedules that order by op durations also the one for this workload's F:B:W ratio (neither
+        greedy order is always the faster; the simulator runs both and keeps the faster)."""
+        out = [UNIT_OP_TIMES]
+        if get_schedule(self.schedule).orders_by_op_times and self.op_times() != UNIT_OP_TIMES:
+            out.append(self.op_times())
+        return out
 
     def link(self, src: str, dst: str) -> LinkShare:
         """The path from building ``src`` to ``dst``."""

@@ -95,31 +95,10 @@ class OpGraph:
         return int(self.stage.size)
 
 
-# Schedules that order ops by their durations get the plan's F:B:W ratio in steps of 1/8 of F (coarse
-# enough that similar plans share one cached op graph).
-OP_TIME_STEPS = 8
-
-
-def op_times(workload: StepWorkload) -> tuple[int, int, int]:
-    """Mean F, B, W op durations of ``workload`` in units of F/OP_TIME_STEPS (each ≥ 1)."""
-    means = [float(np.mean([getattr(g, name).mean() for g in workload.groups]))
-             for name in ("fwd_s", "bwd_input_s", "bwd_weight_s")]
-    if means[0] <= 0:
-        return UNIT_OP_TIMES
-    f, b, w = (max(1, round(OP_TIME_STEPS * x / means[0])) for x in means)
-    return f, b, w
-
-
 def candidate_op_graphs(workload: StepWorkload) -> list[OpGraph]:
-    """The op orders ``workload`` may run: its schedule's, and for schedules that order by op durations
-    also the one for the workload's own F:B:W ratio (neither greedy order is always the faster)."""
+    """The op orders ``workload`` may run (``StepWorkload.candidate_op_times``)."""
     shape = (workload.schedule, workload.pp, workload.virtual_stages, workload.num_microbatches)
-    graphs = [op_graph(*shape)]
-    if get_schedule(workload.schedule).orders_by_op_times:
-        times = op_times(workload)
-        if times != UNIT_OP_TIMES:
-            graphs.append(op_graph(*shape, times))
-    return graphs
+    return [op_graph(*shape, times) for times in workload.candidate_op_times()]
 
 
 @lru_cache(maxsize=256)
