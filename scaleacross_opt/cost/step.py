@@ -528,13 +528,25 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
 # --------------------------------------------------------------------------------------------------
 
 
-def _boundaries(workload: StepWorkload, group: PipelineGroup) -> list[tuple[str, str]]:
-    """(src, dst) building of every forward stage boundary in model order (chunk wrap-arounds included)."""
+@dataclass(frozen=True)
+class _Positions:
+    """One group's chunks in forward model order: (stage, chunk), building, forward and chain-backward
+    seconds per micro-batch (the input gradient when the schedule splits the backward)."""
+
+    chunks: list[tuple[int, int]]
+    buildings: list[str]
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+
+
+def _positions(workload: StepWorkload, group: PipelineGroup) -> _Positions:
     schedule = get_schedule(workload.schedule)
     pp, v = workload.pp, workload.virtual_stages
-    order = sorted((schedule.chunk_stage(pp, v, c, s), s) for s in range(pp) for c in range(v))
-    where = group.stage_building
-    return [(where[a], where[b]) for (_, a), (_, b) in itertools.pairwise(order)]
+    chunks = [(s, c) for _, s, c in sorted((schedule.chunk_stage(pp, v, c, s), s, c)
+                                           for s in range(pp) for c in range(v))]
+    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
+    return _Positions(chunks, [group.stage_building[s] for s, _ in chunks],
+                      np.array([group.fwd_s[sc] for sc in chunks]), np.array([bwd[sc] for sc in chunks]))
 
 
 def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, dict[str, float]]:
@@ -548,12 +560,9 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
         fill_drain = (float(per_stage.sum()) - slowest) / (pp - 1)
         bubble = schedule.bubble_fraction(pp, v, m) * m * fill_drain
     base = m * slowest + bubble
-    bounds = _boundaries(workload, group)
-    hops = sum(
-        workload.link(a, b).transfer_s(workload.p2p_bytes)
-        + workload.link(b, a).transfer_s(workload.p2p_bytes)
-        for a, b in bounds
-    )
+    where = _positions(workload, group).buildings
+    hops = sum(workload.link(a, b).transfer_s(workload.p2p_bytes) + workload.link(b, a).transfer_s(workload.p2p_bytes)
+               for a, b in itertools.pairwise(where))
     in_flight = schedule.in_flight_microbatches(pp, v, m)
     little = m * (float(per_stage.sum()) + hops) / max(in_flight, 1.0)  # Little's law at stage 0
     total = max(base + hops, little, _link_bound_s(workload, group), _boundary_chain_s(workload, group))
@@ -567,17 +576,12 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     With F(k), B(k) per micro-batch at model position k and a boundary k → k+1: a forward transfer there is
     sent ≥ Σ_{≤k} F and leaves Σ_{>k} F + Σ B behind it; a backward one is sent ≥ Σ F + Σ_{>k} B and
     leaves Σ_{≤k} B (B: input gradient when the schedule splits the backward)."""
-    schedule = get_schedule(workload.schedule)
-    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
-    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
-    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
-    f = np.array([group.fwd_s[s, c] for _, s, c in order])
-    b = np.array([bwd[s, c] for _, s, c in order])
-    f_upto, b_upto = np.cumsum(f), np.cumsum(b)
-    where = [group.stage_building[s] for _, s, _ in order]
+    m, size = workload.num_microbatches, workload.p2p_bytes
+    at = _positions(workload, group)
+    f_upto, b_upto = np.cumsum(at.fwd_s), np.cumsum(at.bwd_s)
     uses: dict[tuple[str, str], list[tuple[float, float]]] = {}  # path → (earliest send, work left) per use
-    for k in range(len(order) - 1):
-        src, dst = where[k], where[k + 1]
+    for k in range(len(at.chunks) - 1):
+        src, dst = at.buildings[k], at.buildings[k + 1]
         if src == dst:
             continue
         uses.setdefault((src, dst), []).append((f_upto[k], f_upto[-1] - f_upto[k] + b_upto[-1]))
@@ -612,23 +616,19 @@ def _boundary_chain_s(workload: StepWorkload, group: PipelineGroup) -> float:
     crossing after the previous one; then all m gradients cross back one after another, and the last one
     still passes positions ≤ k: T ≥ Σ_{≤k} F + n_F·x_f + α + B(k+1) + m·x_b + α + Σ_{≤k} B (x: one
     transfer alone; n_F the least over the op orders the simulator may run)."""
-    schedule = get_schedule(workload.schedule)
-    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
-    order = sorted((schedule.chunk_stage(pp, v, c, s), s, c) for s in range(pp) for c in range(v))
-    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
-    f = np.array([group.fwd_s[s, c] for _, s, c in order])
-    b = np.array([bwd[s, c] for _, s, c in order])
-    f_upto, b_upto = np.cumsum(f), np.cumsum(b)
-    warmups = [forwards_before_first_backward(workload.schedule, pp, v, m, t) for t in workload.candidate_op_times()]
+    m, size = workload.num_microbatches, workload.p2p_bytes
+    at = _positions(workload, group)
+    f_upto, b_upto = np.cumsum(at.fwd_s), np.cumsum(at.bwd_s)
+    warmups = [forwards_before_first_backward(workload.schedule, workload.pp, workload.virtual_stages, m, t)
+               for t in workload.candidate_op_times()]
     best = 0.0
-    for k in range(len(order) - 1):
-        (_, s0, _), (_, s1, c1) = order[k], order[k + 1]
-        src, dst = group.stage_building[s0], group.stage_building[s1]
+    for k in range(len(at.chunks) - 1):
+        src, dst = at.buildings[k], at.buildings[k + 1]
         if src == dst:
             continue
         ahead, behind = workload.link(src, dst), workload.link(dst, src)
-        warmup = min(w.get((s1, c1), 0) for w in warmups)
-        chain = (f_upto[k] + warmup * size / ahead.bandwidth_bytes_per_s + ahead.latency_s + b[k + 1]
+        warmup = min(w.get(at.chunks[k + 1], 0) for w in warmups)
+        chain = (f_upto[k] + warmup * size / ahead.bandwidth_bytes_per_s + ahead.latency_s + at.bwd_s[k + 1]
                  + m * size / behind.bandwidth_bytes_per_s + behind.latency_s + b_upto[k])
         best = max(best, float(chain))
     return best
@@ -641,15 +641,13 @@ def sync_windows(workload: StepWorkload, group: PipelineGroup, overlap_fraction:
     schedule splits the backward, else B) before that op ends, and the last micro-batch's input-gradient
     backward must still pass every position below p: Σ_{k<p} B_in(k) + overlap·last op.
     """
-    schedule = get_schedule(workload.schedule)
-    pp, v = workload.pp, workload.virtual_stages
-    chain = group.bwd_input_s if schedule.splits_backward else group.bwd_s
-    last = group.bwd_weight_s if schedule.splits_backward else group.bwd_s
-    position = np.array([[schedule.chunk_stage(pp, v, c, s) for c in range(v)] for s in range(pp)])
-    by_position = np.zeros(pp * v)
-    by_position[position] = chain
-    drain = np.concatenate([[0.0], np.cumsum(by_position)[:-1]])
-    return drain[position] + overlap_fraction * last
+    at = _positions(workload, group)
+    last = group.bwd_weight_s if get_schedule(workload.schedule).splits_backward else group.bwd_s
+    window = overlap_fraction * last
+    drain = np.concatenate([[0.0], np.cumsum(at.bwd_s)[:-1]])
+    for k, chunk in enumerate(at.chunks):
+        window[chunk] += drain[k]
+    return window
 
 
 def _released_after(window: np.ndarray, work: np.ndarray) -> float:
