@@ -73,6 +73,16 @@ def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
     click.echo(json.dumps(payload, indent=2, sort_keys=False) if as_json else text)
 
 
+def _floor_text(floor: Any) -> str:
+    """One readable line: the physical floor and the resource that sets it."""
+    return f"physical floor: {floor.seconds:.4f} s (binding: {floor.binding.resource})"
+
+
+def _floor_json(floor: Any) -> dict[str, Any]:
+    """The floor's keys in ``--json`` output."""
+    return {"physical_floor_s": floor.seconds, "physical_floor_binding": floor.binding.resource}
+
+
 # ----------------------------------------------------------------------------- output files
 
 def _writable_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -158,6 +168,7 @@ def _document_kind(data: Any) -> str | None:
 def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
     """Check instance, model or plan FILES; print one line per problem (exit 1 if any)."""
     from .io import load_instance, load_model, load_plan, read_document
+    from .validation.physical_floor import physical_floor
     from .validation.plan_checks import check_memory
 
     instance = load_instance(instance_path) if instance_path else None
@@ -166,6 +177,7 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
         try:
             data = read_document(path)
             kind = _document_kind(data)
+            floor = None
             if kind is None:
                 names = [str(key) for key in data]
                 keys = ", ".join(names[:6]) + (f", … ({len(names)} keys)" if len(names) > 6 else "") or "none"
@@ -179,12 +191,16 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
             elif instance is None:
                 load_plan(path)
             else:
-                problems = check_memory(load_plan(path, instance), instance)
+                plan = load_plan(path, instance)
+                problems = check_memory(plan, instance)
                 if problems:
                     raise InputError([InputIssue(str(path), field, msg) for field, msg in problems])
+                floor = physical_floor(instance, plan)
             unchecked = kind == "plan" and instance is None
             click.echo(f"{path}: ok ({kind}" + (", schema only: add --instance to check it against an instance)"
                                                   if unchecked else ")"))
+            if floor is not None:
+                click.echo(_floor_text(floor))
         except InputError as err:
             issues += err.issues
     if issues:
@@ -267,10 +283,13 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON on 
 def estimate(instance_path: Path, plan_path: Path, as_json: bool) -> None:
     """Closed-form step-time estimate of PLAN on INSTANCE."""
     from .cost.step import estimate as estimate_step
+    from .validation.physical_floor import physical_floor
 
     instance, plan = _load_instance_and_plan(instance_path, plan_path)
     report = estimate_step(instance, plan)
-    _emit(_report_json(report, plan), as_json, _report_text(report, plan))
+    floor = physical_floor(instance, plan)
+    _emit({**_report_json(report, plan), **_floor_json(floor)}, as_json,
+          _report_text(report, plan) + "\n" + _floor_text(floor))
 
 
 @main.command()
@@ -283,6 +302,7 @@ def estimate(instance_path: Path, plan_path: Path, as_json: bool) -> None:
 def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Path | None) -> None:
     """Discrete-event simulation of one step of PLAN on INSTANCE."""
     from .simulator import simulate as simulate_step
+    from .validation.physical_floor import physical_floor
 
     _distinct_outputs(("--trace", trace_path), instance_path, plan_path)
     instance, plan = _load_instance_and_plan(instance_path, plan_path)
@@ -291,7 +311,9 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
     except OSError as err:
         assert trace_path is not None
         _cannot_write(trace_path, err)
-    _emit(_report_json(report, plan), as_json, _report_text(report, plan))
+    floor = physical_floor(instance, plan)
+    _emit({**_report_json(report, plan), **_floor_json(floor)}, as_json,
+          _report_text(report, plan) + "\n" + _floor_text(floor))
     if trace_path:
         click.echo(f"trace written to {trace_path}", err=True)
 
@@ -314,11 +336,16 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
     from .io import load_instance
     from .optimizer import solve as solve_instance
     from .optimizer.summary import summary_text
+    from .validation.physical_floor import physical_floor
 
     _distinct_outputs(("--out", out_path), instance_path)
     instance = load_instance(instance_path)
     result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
                             progress=lambda msg: click.echo(msg, err=True))
+    floor = physical_floor(instance, result.plan)
+    if result.step_time_s < floor.seconds * (1 - 1e-9):  # a bug in the cost model or simulator: write nothing
+        _fail([f"internal error: plan {result.step_time_s:.4f} s is below the physical floor {floor.seconds:.4f} s "
+               f"(binding: {floor.binding.resource})"], EXIT_INTERNAL)
     _emit(result.to_json(), as_json, summary_text(instance, result))  # printed first: a failed write loses nothing
     if out_path:
         _write_atomic(out_path, json.dumps(result.plan.model_dump(mode="json"), indent=2) + "\n")
