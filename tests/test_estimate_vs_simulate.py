@@ -161,8 +161,8 @@ def test_shared_route_dp_exposure_is_bounded_below(compare: Callable[..., Compar
     tp, pp, dp = {SMALL: (8, 4, 4), CAMPUS: (8, 4, 384)}[name]
     _, est, sim, workload = compare(name, tp=tp, pp=pp, dp=dp, micro_batch_size=1, schedule="1f1b")
     assert workload.dp_shared.all()
-    assert 0 < est.breakdown["exposed_dp_s"] <= sim.breakdown["exposed_dp_s"]
-    assert est.step_time_s <= sim.step_time_s <= 1.15 * est.step_time_s
+    assert 0 < est.breakdown["exposed_dp_s"] <= sim.breakdown["exposed_dp_s"] * (1 + 1e-9)
+    assert est.step_time_s <= sim.step_time_s * (1 + 1e-9) <= 1.15 * est.step_time_s
 
 
 @pytest.mark.parametrize("name", [SINGLE])

@@ -237,12 +237,13 @@ def tp_exposed_s(
 
 @dataclass(frozen=True)
 class _DpCollectives:
-    """How one stage's DP groups talk: levels of the dense and expert groups and the algorithm."""
+    """How one stage's DP groups talk: levels of the dense and expert groups, the algorithm, and the
+    goodput of the slowest cross-building route of their ring with every GPU of its ends connected."""
 
     dense: list[Level]
     expert: list[Level]
     algorithm: CollectiveAlgorithm
-    crosses_buildings: bool
+    route_bytes_per_s: float  # 0 when the groups stay inside one building
 
 
 def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
@@ -257,11 +258,22 @@ def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
         if algorithm is CollectiveAlgorithm.HIERARCHICAL:
             algorithm = CollectiveAlgorithm.RING
     hierarchical = algorithm is CollectiveAlgorithm.HIERARCHICAL
+    route = 0.0
+    if dense.crosses_buildings:
+        names = list(dense.buildings)
+        route = min(route_capacity(layout, a, b) for a, b in zip(names, names[1:] + names[:1], strict=True))
     return _DpCollectives(
         span_levels(layout, dense, plan.tp, hierarchical),
         span_levels(layout, expert, plan.tp * plan.ep, hierarchical),
-        algorithm, dense.crosses_buildings,
+        algorithm, route,
     )
+
+
+def route_capacity(layout: ResolvedPlan, a: str, b: str) -> float:
+    """Goodput (bytes/s) of the route a → b when every GPU of the smaller end holds a connection: what all
+    traffic classes crossing it share."""
+    connections = min(layout.buildings[a].num_gpus, layout.buildings[b].num_gpus)
+    return cross_aggregate(layout.instance, a, b, layout.network.cross_building, connections).bandwidth_bytes_per_s
 
 
 def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> float:
@@ -332,21 +344,20 @@ def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
     after the optimizer the all-gather of the updated bf16 parameters. ZeRO-3: reduce-scatter (its
     gathers are per micro-batch, in the op times). Dense weights over dp·cp ranks, experts over dp·cp/ep.
     Route seconds: the bytes entering a building (``_ring_volume`` per half, all tp (·ep) groups of the
-    stage) ÷ the route's goodput with all of them connected.
+    stage) ÷ ``route_capacity``, the share the stages' syncs split.
     """
     plan = layout.plan
     dp = _dp_collectives(layout, stage)
     sync = Collective.ALL_REDUCE if plan.zero_stage == 0 else Collective.REDUCE_SCATTER
     grads = gathers = grads_route = gathers_route = 0.0
-    for levels, count in ((dp.dense, params.dense), (dp.expert, params.expert)):
+    gather = plan.zero_stage in (1, 2)
+    for levels, count, groups in ((dp.dense, params.dense, plan.tp), (dp.expert, params.expert, plan.tp * plan.ep)):
         grads += span_collective_s(sync, dp.algorithm, levels, count * co.GRAD_REDUCE_BYTES)
-        gather = plan.zero_stage in (1, 2)
         if gather:
             gathers += span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count * co.WEIGHT_BYTES)
-        if dp.crosses_buildings and count > 0:
+        if dp.route_bytes_per_s > 0 and count > 0:
             n, parts = group_size(levels), levels[-1].ranks
-            # bytes entering a building per half, all groups together ÷ the route they share (= per group share)
-            half = _ring_volume(dp.algorithm, n, parts) / 2 * count / levels[-1].bandwidth_bytes_per_s
+            half = _ring_volume(dp.algorithm, n, parts) / 2 * count * groups / dp.route_bytes_per_s
             grads_route += (2 if sync is Collective.ALL_REDUCE else 1) * half * co.GRAD_REDUCE_BYTES
             gathers_route += half * co.WEIGHT_BYTES if gather else 0.0
     return _DpSync(grads, gathers, grads_route, gathers_route)
@@ -407,9 +418,7 @@ def resource_busy(layout: ResolvedPlan, p2p_bytes: float) -> dict[str, float]:
     busy: dict[str, float] = {}
     for name, bytes_ in ingress.items():
         capacity = sum(
-            cross_aggregate(instance, link.a, link.b, network.cross_building,
-                            layout.buildings[name].num_gpus).bandwidth_bytes_per_s
-            for link in instance.cluster.links if name in (link.a, link.b))
+            route_capacity(layout, link.a, link.b) for link in instance.cluster.links if name in (link.a, link.b))
         busy[f"ingress {name}"] = bytes_ / capacity if capacity > 0 else math.inf
     for key, bytes_ in nic.items():
         building = layout.buildings[key.split(" ")[1]]
