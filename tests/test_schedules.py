@@ -82,3 +82,13 @@ def test_unsupported_configurations_have_reasons() -> None:
     assert get_schedule("1f1b").check(4, 2, 8)
     with pytest.raises(ValueError, match="virtual_stages"):
         op_graph("1f1b", 4, 2, 8)
+
+
+def test_zb_v_greedy_order_lifts_its_activation_cap_instead_of_deadlocking() -> None:
+    """With a long B and a short W, stage 0 can fill its 2p activation slots with chunk-0 forwards while its
+    chunk-1 forward (which its first backward needs) waits: the cap yields for one op."""
+    import scaleacross_opt.schedules.zb_v  # noqa: F401  (registers zb-v)
+    from scaleacross_opt.schedules import get_schedule
+
+    orders = get_schedule("zb-v").timed_stage_ops(2, 2, 15, (8, 15, 1))
+    assert [len(ops) for ops in orders] == [3 * 15 * 2] * 2

@@ -80,8 +80,10 @@ def greedy_list_order(
 
     ``positions[c][s]`` is the layer position of chunk c on stage s. Whenever a stage is idle it runs the
     first (kind, chunk) of ``priority`` whose next micro-batch (in order) has its inputs ready, running
-    an F only while it holds fewer than ``max_held`` chunk activations (held from F to W). W ops run
-    oldest first (chunk ignored in ``priority``). Time jumps from one op end to the next.
+    an F only while it holds fewer than ``max_held`` chunk activations (held from F to W), unless every
+    stage is idle with nothing it may run (a stage full of one chunk's activations can need its other
+    chunk's forward before any backward; the cap then yields instead of deadlocking). W ops run oldest
+    first (chunk ignored in ``priority``). Time jumps from one op end to the next.
     """
     v, m = len(positions), num_microbatches
     last = pp * v - 1
@@ -93,7 +95,9 @@ def greedy_list_order(
     busy_until = [0] * pp
     never = 1 << 62
     t = 0
+    capped = True  # the held-activation cap applies (lifted for one round when everything stalls)
     while any(len(o) < 3 * m * v for o in orders):
+        picked = False
         for s in range(pp):
             if busy_until[s] > t:
                 continue
@@ -103,7 +107,7 @@ def greedy_list_order(
                     pick = weights[s][0] if weights[s] else None
                 else:
                     mb, k = next_mb[s][kind][c], positions[c][s]
-                    if mb >= m or (kind is OpKind.F and held[s] >= max_held):
+                    if mb >= m or (kind is OpKind.F and capped and held[s] >= max_held):
                         continue
                     need = (OpKind.F, mb, k - 1) if kind is OpKind.F else (
                         (OpKind.B, mb, k + 1) if k < last else (OpKind.F, mb, k))
@@ -113,6 +117,7 @@ def greedy_list_order(
                     break
             if pick is None:
                 continue
+            picked = True
             orders[s].append(pick)
             busy_until[s] = done[(pick.kind, pick.microbatch, positions[pick.chunk][s])] = t + op_times[pick.kind]
             if pick.kind is OpKind.W:
@@ -123,5 +128,10 @@ def greedy_list_order(
                 held[s] += pick.kind is OpKind.F
                 if pick.kind is OpKind.B:
                     weights[s].append(Op(OpKind.W, pick.microbatch, pick.chunk))
-        t = min((end for end in busy_until if end > t), default=t + 1)
+        stalled = not picked and all(end <= t for end in busy_until)
+        if stalled and not capped:
+            raise ValueError(f"greedy op order deadlocks for pp={pp}, v={v}, m={m}, op times {op_times}")
+        capped = not stalled
+        if not stalled:
+            t = min((end for end in busy_until if end > t), default=t + 1)
     return orders
