@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from scaleacross_opt.io import load_instance
@@ -90,3 +91,28 @@ def one_f_one_b() -> str:
     if not schedules_registered("1f1b"):
         pytest.skip("schedule '1f1b' is not registered yet (scaleacross_opt.schedules is being filled)")
     return "1f1b"
+
+
+SMALL = "small-two-buildings-llama3-8b.yaml"
+# A hand-written plan for the small instance with placement and network omitted (DP across once filled in).
+BARE_PLAN = {"tp": 2, "pp": 1, "dp": 64, "micro_batch_size": 2, "schedule": "1f1b"}
+
+
+@pytest.fixture
+def small(instances_dir: Path) -> Path:
+    """The small two-building instance file."""
+    return instances_dir / SMALL
+
+
+@pytest.fixture
+def bare_plan_fields() -> dict[str, object]:
+    """A copy of ``BARE_PLAN``."""
+    return dict(BARE_PLAN)
+
+
+@pytest.fixture
+def bare_plan(tmp_path: Path) -> Path:
+    """``BARE_PLAN`` written as a YAML file."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(BARE_PLAN), encoding="utf-8")
+    return path

@@ -14,22 +14,6 @@ import yaml
 
 from scaleacross_opt import cli
 
-SMALL = "small-two-buildings-llama3-8b.yaml"
-BARE_PLAN = {"tp": 2, "pp": 1, "dp": 64, "micro_batch_size": 2, "schedule": "1f1b"}
-
-
-@pytest.fixture
-def small(instances_dir: Path) -> Path:
-    return instances_dir / SMALL
-
-
-@pytest.fixture
-def bare_plan(tmp_path: Path) -> Path:
-    """A hand-written YAML plan for the small instance with placement and network omitted."""
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(BARE_PLAN), encoding="utf-8")
-    return path
-
 
 def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
@@ -135,12 +119,12 @@ def test_solve_out_checked_before_solving(where: str, run_cli, small: Path, tmp_
 
 @pytest.mark.parametrize("where", ["missing-dir", "directory", "the-plan"])
 def test_simulate_trace_checked_before_simulating(where: str, run_cli, small: Path, bare_plan: Path,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, bare_plan_fields: dict) -> None:
     trace = {"missing-dir": tmp_path / "nope" / "t.json", "directory": tmp_path, "the-plan": bare_plan}[where]
     result = run_cli(["simulate", small, "--plan", bare_plan, "--trace", trace])
     assert result.exit_code == 2, result.stderr
     assert "--trace" in result.stderr
-    assert yaml.safe_load(bare_plan.read_text(encoding="utf-8")) == BARE_PLAN
+    assert yaml.safe_load(bare_plan.read_text(encoding="utf-8")) == bare_plan_fields
 
 
 @pytest.mark.parametrize("args", [["--time-limit", "nan"], ["--seed", "-1"], ["--seed", "99999999999999999999"],
@@ -158,9 +142,10 @@ def test_help_lists_exit_codes(run_cli) -> None:
 
 # ----------------------------------------------------------------------------- validate: kind detection
 
-def test_validate_plan_with_stray_key_is_checked_as_a_plan(run_cli, small: Path, tmp_path: Path) -> None:
+def test_validate_plan_with_stray_key_is_checked_as_a_plan(run_cli, small: Path, tmp_path: Path,
+                                                          bare_plan_fields: dict) -> None:
     path = tmp_path / "named-plan.yaml"
-    path.write_text(yaml.safe_dump({"name": "my-plan", **BARE_PLAN}), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"name": "my-plan", **bare_plan_fields}), encoding="utf-8")
     result = run_cli(["validate", "--instance", small, path])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"{path}: name: Extra inputs are not permitted"]
@@ -203,11 +188,12 @@ def test_solve_json_out_feeds_simulate_and_estimate(run_cli, small: Path, tmp_pa
         assert json.loads(replay.stdout)["plan"] == payload["plan"]
 
 
-def test_validate_plan_that_does_not_fit_memory_fails(run_cli, small: Path, tmp_path: Path) -> None:
+def test_validate_plan_that_does_not_fit_memory_fails(run_cli, small: Path, tmp_path: Path,
+                                                     bare_plan_fields: dict) -> None:
     """Against an instance, validate runs the exact memory model: 8B with unsharded Adam state is ~16 B
     per parameter, far above one GPU."""
     path = tmp_path / "too-big.yaml"
-    path.write_text(yaml.safe_dump({**BARE_PLAN, "tp": 1, "dp": 128, "micro_batch_size": 1, "zero_stage": 0}),
+    path.write_text(yaml.safe_dump({**bare_plan_fields, "tp": 1, "dp": 128, "micro_batch_size": 1, "zero_stage": 0}),
                     encoding="utf-8")
     result = run_cli(["validate", "--instance", small, path])
     assert result.exit_code == 1

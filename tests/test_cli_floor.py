@@ -9,27 +9,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
 
 from scaleacross_opt.io import load_instance, load_plan
 from scaleacross_opt.validation.physical_floor import physical_floor
 
-SMALL = "small-two-buildings-llama3-8b.yaml"
-BARE_PLAN = {"tp": 2, "pp": 1, "dp": 64, "micro_batch_size": 2, "schedule": "1f1b"}
 FLOOR_LINE = re.compile(r"^physical floor: (\d+\.\d{4}) s \(binding: (.+)\)$", flags=re.MULTILINE)
-
-
-@pytest.fixture
-def small(instances_dir: Path) -> Path:
-    return instances_dir / SMALL
-
-
-@pytest.fixture
-def bare_plan(tmp_path: Path) -> Path:
-    """A hand-written plan for the small instance (DP across both buildings once filled in)."""
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(BARE_PLAN), encoding="utf-8")
-    return path
 
 
 @pytest.fixture
