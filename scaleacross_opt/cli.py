@@ -207,6 +207,32 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
         raise InputError(issues)
 
 
+@main.command(name="list")
+@click.argument("kind", type=click.Choice(["gpus", "models", "schedules"]))
+def list_catalog(kind: str) -> None:
+    """List the catalog GPUs, the shipped models or the registered pipeline schedules."""
+    if kind == "gpus":
+        from .catalog.gpus import GPUS
+
+        for name, gpu in sorted(GPUS.items()):
+            click.echo(f"{name:<22} bf16 {gpu.peak_bf16_tflops:g} / fp8 {gpu.peak_fp8_tflops:g} TFLOP/s, "
+                       f"{gpu.hbm_gib:g} GiB HBM, NVLink {gpu.nvlink_bandwidth_gb_per_s:g} GB/s × "
+                       f"{gpu.nvlink_domain_size} GPUs, NIC {gpu.nic_bandwidth_gbps:g} Gb/s")
+    elif kind == "models":
+        from .io import MODELS_DIR, known_models, load_model
+
+        for name in known_models():
+            model = load_model(MODELS_DIR / f"{name}.yaml")
+            moe = (f", MoE {model.moe.num_experts} experts top-{model.moe.top_k}" if model.moe else "")
+            click.echo(f"{name:<16} {model.layers} layers, hidden {model.hidden_size}, {model.num_heads} heads "
+                       f"({model.num_kv_heads} KV){moe}")
+    else:
+        from .schedules import get_schedule, schedule_names
+
+        for name in schedule_names():
+            click.echo(f"{name:<26} {get_schedule(name).description}")
+
+
 @main.command()
 @click.argument("kind", type=click.Choice(["instance", "plan", "model"]))
 def schema(kind: str) -> None:

@@ -121,9 +121,15 @@ def parse_spec(cls: type[SpecT], data: Any, file: str) -> SpecT:
         raise InputError(validation_issues(file, err)) from None
 
 
-def _model_candidates(name: str, base_dir: Path) -> list[Path]:
-    return [base_dir / "models" / f"{name}.yaml", base_dir.parent / "models" / f"{name}.yaml",
-            MODELS_DIR / f"{name}.yaml"]
+def _model_dirs(base_dir: Path) -> list[Path]:
+    """Where a model named in a file is looked up: models/ beside the file, beside its folder, the project's."""
+    return [base_dir / "models", base_dir.parent / "models", MODELS_DIR]
+
+
+def known_models(base_dir: Path = MODELS_DIR.parent) -> list[str]:
+    """Names of the model files a file in ``base_dir`` can refer to."""
+    return sorted({path.stem for folder in _model_dirs(base_dir) if folder.is_dir()
+                   for path in folder.glob("*.yaml")})
 
 
 def resolve_references(data: Any, file: str, base_dir: Path) -> tuple[Any, list[InputIssue]]:
@@ -135,12 +141,13 @@ def resolve_references(data: Any, file: str, base_dir: Path) -> tuple[Any, list[
     if isinstance(job, dict) and isinstance(job.get("model"), str):
         name = job["model"]
         found = None if not _MODEL_NAME.fullmatch(name) else next(
-            (p for p in _model_candidates(name, base_dir) if p.is_file()), None)
+            (p for p in (d / f"{name}.yaml" for d in _model_dirs(base_dir)) if p.is_file()), None)
         if not _MODEL_NAME.fullmatch(name):
             issues.append(InputIssue(file, "job.model", f"model name {name!r} must be a file name in models/ "
                                                         "(letters, digits, '.', '-', '_'; no path)"))
         elif found is None:
-            issues.append(InputIssue(file, "job.model", f"unknown model {name!r}: no {name}.yaml in models/"))
+            issues.append(InputIssue(file, "job.model", f"unknown model {name!r}: no {name}.yaml in models/; "
+                                                        f"known: {', '.join(known_models(base_dir))}"))
         else:
             model = load_model(found)
             job["model"] = model.model_dump(mode="json")

@@ -220,3 +220,24 @@ def test_output_files_get_the_permissions_of_a_plain_write(tmp_path: Path) -> No
         assert stat.S_IMODE(shared.stat().st_mode) == 0o664 and shared.read_text(encoding="utf-8") == "{}"
     finally:
         os.umask(umask)
+
+
+# ----------------------------------------------------------------------------- list
+
+@pytest.mark.parametrize(("kind", "expected"), [("gpus", "H100-SXM-80GB"), ("models", "llama3-405b"),
+                                                ("schedules", "dualpipe")])
+def test_list_names_the_catalog(run_cli, kind: str, expected: str) -> None:
+    result = run_cli(["list", kind])
+    assert result.exit_code == 0, result.stderr
+    assert any(line.startswith(expected + " ") for line in result.stdout.splitlines())
+
+
+def test_unknown_model_error_lists_the_known_models(run_cli, small: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(small.read_text(encoding="utf-8"))
+    data["job"]["model"] = "llama9-1t"
+    path = tmp_path / "instance.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli(["validate", path])
+    assert result.exit_code == 1
+    assert "unknown model 'llama9-1t'" in result.stderr and "known: " in result.stderr
+    assert "llama3-405b" in result.stderr
