@@ -258,8 +258,8 @@ def _plan_lines(plan: Any) -> list[str]:
     """The plan as evaluated (defaults filled in), so a hand-written plan shows what was assumed."""
     lines = [f"plan           tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
              f"v={plan.virtual_stages} mbs={plan.micro_batch_size} schedule={plan.schedule} "
-             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage} dp_sync={plan.dp_sync.value} "
-             f"tp_comm_overlap={str(plan.tp_comm_overlap).lower()}"]
+             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage} dp_sync={plan.dp_sync.value}"
+             + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else "")]
     if plan.placement is not None:
         mode = plan.placement.cross_building.value
 
@@ -288,7 +288,7 @@ def _report_text(report: Any, plan: Any = None) -> str:
         f"step time      {report.step_time_s:.4f} s" + ("  (simulated)" if report.simulated else "  (estimate)"),
         f"MFU            {report.mfu * 100:.1f} %",
         f"tokens/s       {report.tokens_per_s:,.0f}",
-        f"memory/GPU     {report.memory_gib_per_gpu:.1f} GiB" + ("" if report.fits_memory else "  DOES NOT FIT"),
+        f"memory/GPU     {report.memory_text}",
         "breakdown:",
     ]
     lines += [f"  {key.removesuffix('_s'):<13}{value:>9.4f} s" for key, value in report.breakdown.items()]

@@ -25,5 +25,8 @@ def test_simulate_writes_a_trace_to_a_string_path(tmp_path: Path) -> None:
     instance = load_instance(INSTANCES / "small-two-buildings-llama3-8b.yaml")
     plan = fill_defaults(instance, Plan(tp=8, pp=2, dp=8, micro_batch_size=1, schedule="1f1b"))
     target = tmp_path / "trace.json"
-    simulate(instance, plan, trace_path=str(target))
-    assert json.loads(target.read_text())["traceEvents"]
+    report = simulate(instance, plan, trace_path=str(target))
+    trace = json.loads(target.read_text())
+    assert trace["traceEvents"]
+    assert trace["metadata"]["step_time_s"] == report.step_time_s
+    assert trace["metadata"]["plan"]["tp"] == 8 and trace["metadata"]["instance"] == instance.name

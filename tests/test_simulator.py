@@ -132,7 +132,7 @@ def test_report_breakdown_sums_to_step_time() -> None:
                           dp_sync_s=0.3, optimizer_s=0.2)
     result = simulate_workload(wl)
     report = report_from_result(result, wl, model_flops=1e15, peak_flops=1e15, tokens=1000.0, memory_gib=10.0,
-                                fits=True)
+                                capacity_gib=80.0, fits=True)
     assert sum(report.breakdown.values()) == pytest.approx(report.step_time_s)
     assert report.breakdown["exposed_pp_s"] > 0 and report.breakdown["bubble_s"] > 0
     assert report.simulated and report.details["per_stage"][0]["peak_in_flight_microbatches"] == 4.0

@@ -24,10 +24,17 @@ class StepReport:
     mfu: float
     tokens_per_s: float
     memory_gib_per_gpu: float
+    memory_capacity_gib: float  # HBM of the GPU whose memory is tightest (the one memory_gib_per_gpu is for)
     fits_memory: bool
     breakdown: dict[str, float]
     simulated: bool
     details: dict[str, object] = field(default_factory=dict)  # simulator extras: per-stage busy/idle, in-flight
+
+    @property
+    def memory_text(self) -> str:
+        """Memory of the tightest GPU against its HBM, e.g. '72.3 / 80.0 GiB' (+ DOES NOT FIT)."""
+        return (f"{self.memory_gib_per_gpu:.1f} / {self.memory_capacity_gib:.1f} GiB"
+                + ("" if self.fits_memory else "  DOES NOT FIT"))
 
     def to_json(self) -> dict[str, object]:
         """The machine-readable form printed by `estimate --json` / `simulate --json`."""
@@ -36,6 +43,7 @@ class StepReport:
             "mfu": self.mfu,
             "tokens_per_s": self.tokens_per_s,
             "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "memory_capacity_gib": self.memory_capacity_gib,
             "fits_memory": self.fits_memory,
             "breakdown": dict(self.breakdown),
         }

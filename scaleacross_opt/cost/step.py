@@ -781,6 +781,7 @@ def estimate(instance: Instance, plan: Plan) -> StepReport:
         mfu=flops / (peak * step),
         tokens_per_s=job.tokens_per_step / step,
         memory_gib_per_gpu=memory.total_gib,
+        memory_capacity_gib=memory.capacity_gib,
         fits_memory=memory.fits,
         breakdown=breakdown,
         simulated=False,

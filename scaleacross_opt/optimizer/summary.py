@@ -38,7 +38,7 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"step time       {report.step_time_s:.4f} s simulated, {result.estimate_step_time_s:.4f} s closed-form "
         f"estimate, {result.cpsat_bound_s:.4f} s CP-SAT bound of this plan",
         f"MFU             {report.mfu * 100:.1f} %   tokens/s {report.tokens_per_s:,.0f}   "
-        f"memory {report.memory_gib_per_gpu:.1f} GiB/GPU",
+        f"memory {report.memory_text} per GPU",
         "breakdown (s)   " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
         f"why             {_WHY[plan.placement.cross_building]}",
         f"search          {_STATUS[stats.status]}: {_count(stats.candidates_simulated, 'plan')} simulated in "

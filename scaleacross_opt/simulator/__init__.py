@@ -30,7 +30,7 @@ def _without_p2p(workload: StepWorkload) -> StepWorkload:
 
 def report_from_result(
     result: SimResult, workload: StepWorkload, *, model_flops: float, peak_flops: float, tokens: float,
-    memory_gib: float, fits: bool,
+    memory_gib: float, capacity_gib: float, fits: bool,
 ) -> StepReport:
     """StepReport of a simulated step.
 
@@ -72,7 +72,8 @@ def report_from_result(
     }
     return StepReport(
         step_time_s=step, mfu=model_flops / (peak_flops * step), tokens_per_s=tokens / step,
-        memory_gib_per_gpu=memory_gib, fits_memory=fits, breakdown=breakdown, simulated=True, details=details,
+        memory_gib_per_gpu=memory_gib, memory_capacity_gib=capacity_gib, fits_memory=fits, breakdown=breakdown,
+        simulated=True, details=details,
     )
 
 
@@ -90,12 +91,15 @@ def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = Non
     plan = fill_defaults(instance, plan)
     workload = build_workload(instance, plan)
     result = simulate_workload(workload)
-    if trace_path is not None:
-        write_trace(Path(trace_path), result, workload)
     job = instance.job
     memory = memory_per_gpu(instance, plan)
-    return report_from_result(
+    report = report_from_result(
         result, workload, model_flops=model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size),
         peak_flops=peak_flops(instance, plan), tokens=float(job.tokens_per_step), memory_gib=memory.total_gib,
-        fits=memory.fits,
+        capacity_gib=memory.capacity_gib, fits=memory.fits,
     )
+    if trace_path is not None:
+        metadata = {"instance": instance.name, "gpus": plan.num_gpus, "step_time_s": report.step_time_s,
+                    "mfu": report.mfu, "plan": plan.model_dump(mode="json")}
+        write_trace(Path(trace_path), result, workload, metadata)
+    return report

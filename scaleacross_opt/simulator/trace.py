@@ -66,6 +66,8 @@ def trace_events(result: SimResult, workload: StepWorkload) -> list[dict[str, ob
     return events
 
 
-def write_trace(path: Path, result: SimResult, workload: StepWorkload) -> None:
-    """Write ``{"traceEvents": [...]}`` to ``path`` (atomically: never a half-written file)."""
-    write_atomic(path, json.dumps({"traceEvents": trace_events(result, workload), "displayTimeUnit": "ms"}))
+def write_trace(path: Path, result: SimResult, workload: StepWorkload, metadata: dict | None = None) -> None:
+    """Write ``{"traceEvents": [...], "metadata": {...}}`` to ``path`` (atomically: never a half-written
+    file); ``metadata`` (what was simulated: instance, plan, step time) is kept by Perfetto / chrome://tracing."""
+    document = {"traceEvents": trace_events(result, workload), "displayTimeUnit": "ms", "metadata": metadata or {}}
+    write_atomic(path, json.dumps(document))
