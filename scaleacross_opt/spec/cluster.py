@@ -13,6 +13,7 @@ from functools import cached_property
 import networkx as nx
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 from .gpu import GpuSpec
 
@@ -22,13 +23,15 @@ class Building(StrictModel):
 
     name: str = Field(min_length=1, description="Unique building name.")
     gpu: GpuSpec | str = Field(description="GPU catalog name (see `catalog.gpus`) or an inline GPU spec.")
-    num_gpus: int = Field(ge=1, description="GPUs available for the job in this building.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per server node.")
+    num_gpus: int = Field(ge=1, le=B.MAX_GPUS, description="GPUs available for the job in this building (≤ 2^24).")
+    gpus_per_node: int = Field(default=8, ge=1, le=B.MAX_GPUS_PER_NODE, description="GPUs per server node (≤ 1024).")
     fabric_oversubscription: float = Field(
-        default=1.0, ge=1.0, description="Oversubscription of the building's scale-out fabric (1 = 1:1 Clos)."
+        default=1.0, ge=1.0, le=B.MAX_FABRIC_OVERSUBSCRIPTION,
+        description="Oversubscription of the building's scale-out fabric (1 = 1:1 Clos; ≤ 1024).",
     )
     fabric_latency_us: float | None = Field(
-        default=None, gt=0, description="One-way latency across the building fabric, µs; default from the catalog."
+        default=None, gt=0, le=B.MAX_LATENCY_US,
+        description="One-way latency across the building fabric, µs (≤ 1e8 = 100 s); default from the catalog.",
     )
 
     @property
@@ -46,8 +49,12 @@ class Link(StrictModel):
 
     a: str = Field(min_length=1, description="Name of one end's building.")
     b: str = Field(min_length=1, description="Name of the other end's building.")
-    bandwidth_gbps: float = Field(gt=0, description="Aggregate bandwidth per direction, Gb/s.")
-    latency_us: float = Field(gt=0, description="One-way propagation + switching latency, µs.")
+    bandwidth_gbps: float = Field(
+        gt=0, le=B.MAX_BANDWIDTH_GBPS, description="Aggregate bandwidth per direction, Gb/s (≤ 1e9 = 1 Eb/s)."
+    )
+    latency_us: float = Field(
+        gt=0, le=B.MAX_LATENCY_US, description="One-way propagation + switching latency, µs (≤ 1e8 = 100 s)."
+    )
     loss_rate: float = Field(default=0.0, ge=0.0, lt=1.0, description="Packet loss probability in [0, 1).")
 
 

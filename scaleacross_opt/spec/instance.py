@@ -2,27 +2,42 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 from .cluster import Cluster
 from .job import Job
 from .network import CollectiveAlgorithm, CongestionControl, LoadBalancing, LossRecovery
 from .plan import CrossBuilding, Recompute
 
+# Element types of the search lists: the same bounds as the plan fields they restrict.
+Degree = Annotated[int, Field(ge=1, le=B.MAX_DEGREE)]
+VirtualStages = Annotated[int, Field(ge=1, le=B.MAX_VIRTUAL_STAGES)]
+MicroBatchSize = Annotated[int, Field(ge=1, le=B.MAX_MICRO_BATCH_SIZE)]
+ZeroStage = Annotated[int, Field(ge=0, le=3)]
+Qps = Annotated[int, Field(ge=1, le=B.MAX_QPS)]
+WindowKib = Annotated[int, Field(ge=1, le=B.MAX_WINDOW_KIB)]
+
 
 class SearchSpace(StrictModel):
     """Restrictions of the plan space; an omitted field leaves that choice free."""
 
-    tp_degrees: list[int] | None = Field(default=None, description="Allowed TP degrees.")
-    cp_degrees: list[int] | None = Field(default=None, description="Allowed CP degrees.")
-    pp_degrees: list[int] | None = Field(default=None, description="Allowed PP degrees.")
-    ep_degrees: list[int] | None = Field(default=None, description="Allowed EP degrees.")
-    virtual_stages: list[int] | None = Field(default=None, description="Allowed model chunks per stage.")
-    micro_batch_sizes: list[int] | None = Field(default=None, description="Allowed micro-batch sizes.")
+    tp_degrees: list[Degree] | None = Field(default=None, description="Allowed TP degrees (each 1..2^24).")
+    cp_degrees: list[Degree] | None = Field(default=None, description="Allowed CP degrees (each 1..2^24).")
+    pp_degrees: list[Degree] | None = Field(default=None, description="Allowed PP degrees (each 1..2^24).")
+    ep_degrees: list[Degree] | None = Field(default=None, description="Allowed EP degrees (each 1..2^24).")
+    virtual_stages: list[VirtualStages] | None = Field(
+        default=None, description="Allowed model chunks per stage (each 1..1024)."
+    )
+    micro_batch_sizes: list[MicroBatchSize] | None = Field(
+        default=None, description="Allowed micro-batch sizes (each 1..2^24)."
+    )
     schedules: list[str] | None = Field(default=None, description="Allowed pipeline schedule names.")
     recompute: list[Recompute] | None = Field(default=None, description="Allowed recompute modes.")
-    zero_stages: list[int] | None = Field(default=None, description="Allowed ZeRO stages (0..3).")
+    zero_stages: list[ZeroStage] | None = Field(default=None, description="Allowed ZeRO stages (0..3).")
     cross_building: list[CrossBuilding] | None = Field(default=None, description="Allowed cross-building dims.")
     collective_algorithms: list[CollectiveAlgorithm] | None = Field(
         default=None, description="Allowed collective algorithms (both traffic classes)."
@@ -30,8 +45,10 @@ class SearchSpace(StrictModel):
     load_balancing: list[LoadBalancing] | None = Field(default=None, description="Allowed load balancing.")
     congestion_control: list[CongestionControl] | None = Field(default=None, description="Allowed congestion control.")
     loss_recovery: list[LossRecovery] | None = Field(default=None, description="Allowed loss recovery.")
-    qps_per_connection: list[int] | None = Field(default=None, description="Allowed QPs per connection.")
-    window_kib_per_qp: list[int] | None = Field(default=None, description="Allowed windows per QP, KiB.")
+    qps_per_connection: list[Qps] | None = Field(default=None, description="Allowed QPs per connection (each 1..256).")
+    window_kib_per_qp: list[WindowKib] | None = Field(
+        default=None, description="Allowed windows per QP, KiB (each 1..2^20)."
+    )
     tp_comm_overlap: list[bool] | None = Field(
         default=None,
         description="Allowed TP communication overlap settings (default both; the planner overlaps, which the "

@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 from .model import ModelSpec
 
@@ -21,10 +22,14 @@ class Job(StrictModel):
     """One training job."""
 
     model: ModelSpec | str = Field(description="Name of a file in `models/` (without .yaml) or an inline model.")
-    seq_len: int = Field(ge=1, description="Tokens per sequence.")
-    global_batch_size: int = Field(ge=1, description="Sequences per optimizer step.")
+    seq_len: int = Field(ge=1, le=B.MAX_SEQ_LEN, description="Tokens per sequence (≤ 2^20 = 1,048,576).")
+    global_batch_size: int = Field(
+        ge=1, le=B.MAX_GLOBAL_BATCH_SIZE, description="Sequences per optimizer step (≤ 2^24 = 16,777,216)."
+    )
     precision: Precision = Field(default=Precision.BF16, description="Matmul precision: bf16 or fp8.")
-    num_gpus: int | None = Field(default=None, ge=1, description="GPUs the job uses; default: all in the cluster.")
+    num_gpus: int | None = Field(
+        default=None, ge=1, le=B.MAX_GPUS, description="GPUs the job uses (≤ 2^24); default: all in the cluster."
+    )
 
     @property
     def model_spec(self) -> ModelSpec:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 
 
 class MoeSpec(StrictModel):
     """Mixture-of-experts feed-forward layers (top-k routed experts plus always-on shared experts)."""
 
-    num_experts: int = Field(ge=2, description="Routed experts per MoE layer.")
-    top_k: int = Field(ge=1, description="Routed experts each token is sent to.")
-    expert_ffn_hidden_size: int = Field(ge=1, description="FFN hidden size of one expert.")
-    num_shared_experts: int = Field(default=0, ge=0, description="Shared experts every token uses.")
+    num_experts: int = Field(ge=2, le=B.MAX_EXPERTS, description="Routed experts per MoE layer (≤ 2^16).")
+    top_k: int = Field(ge=1, le=B.MAX_TOP_K, description="Routed experts each token is sent to (≤ 1024).")
+    expert_ffn_hidden_size: int = Field(ge=1, le=B.MAX_WIDTH, description="FFN hidden size of one expert (≤ 2^20).")
+    num_shared_experts: int = Field(
+        default=0, ge=0, le=B.MAX_EXPERTS, description="Shared experts every token uses (≤ 2^16)."
+    )
     first_dense_layers: int = Field(
-        default=0, ge=0, description="Leading layers that use a dense MLP instead of MoE."
+        default=0, ge=0, le=B.MAX_LAYERS, description="Leading layers that use a dense MLP instead of MoE (≤ 1024)."
     )
 
 
@@ -23,15 +26,17 @@ class ModelSpec(StrictModel):
     """A decoder-only transformer. Dense MLP layers use ``ffn_hidden_size`` (SwiGLU: 3 matrices)."""
 
     name: str = Field(description="Identifier, e.g. 'llama3-70b'.", min_length=1)
-    layers: int = Field(ge=1, description="Number of transformer layers.")
-    hidden_size: int = Field(ge=1, description="Model (residual stream) width h.")
-    ffn_hidden_size: int = Field(ge=1, description="Hidden size of the dense MLP.")
-    num_heads: int = Field(ge=1, description="Query attention heads.")
-    num_kv_heads: int = Field(ge=1, description="Key/value heads (GQA); equal to num_heads for MHA.")
-    head_dim: int | None = Field(
-        default=None, ge=1, description="Per-head dimension; default hidden_size / num_heads."
+    layers: int = Field(ge=1, le=B.MAX_LAYERS, description="Number of transformer layers (≤ 1024).")
+    hidden_size: int = Field(ge=1, le=B.MAX_WIDTH, description="Model (residual stream) width h (≤ 2^20).")
+    ffn_hidden_size: int = Field(ge=1, le=B.MAX_WIDTH, description="Hidden size of the dense MLP (≤ 2^20).")
+    num_heads: int = Field(ge=1, le=B.MAX_HEADS, description="Query attention heads (≤ 2^14).")
+    num_kv_heads: int = Field(
+        ge=1, le=B.MAX_HEADS, description="Key/value heads (GQA); equal to num_heads for MHA (≤ 2^14)."
     )
-    vocab_size: int = Field(ge=1, description="Vocabulary size (embedding and LM-head rows).")
+    head_dim: int | None = Field(
+        default=None, ge=1, le=B.MAX_WIDTH, description="Per-head dimension (≤ 2^20); default hidden_size / num_heads."
+    )
+    vocab_size: int = Field(ge=1, le=B.MAX_VOCAB, description="Vocabulary size (embedding and LM-head rows; ≤ 2^24).")
     tied_embeddings: bool = Field(default=False, description="LM head shares the embedding matrix.")
     gated_mlp: bool = Field(
         default=True, description="SwiGLU (3 matrices) if true, GeLU MLP (2 matrices) if false."

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 
 
@@ -59,9 +60,10 @@ class TrafficClassConfig(StrictModel):
     load_balancing: LoadBalancing = Field(description="Path selection for this class's flows.")
     congestion_control: CongestionControl = Field(description="Congestion control for this class.")
     loss_recovery: LossRecovery = Field(description="Retransmission scheme for this class.")
-    qps_per_connection: int = Field(ge=1, le=256, description="Queue pairs (flows) per connection.")
+    qps_per_connection: int = Field(ge=1, le=B.MAX_QPS, description="Queue pairs (flows) per connection (≤ 256).")
     window_kib_per_qp: int = Field(
-        ge=1, le=1 << 20, description="Outstanding bytes allowed per QP, KiB (caps rate at window/RTT)."
+        ge=1, le=B.MAX_WINDOW_KIB,
+        description="Outstanding bytes allowed per QP, KiB (caps rate at window/RTT; ≤ 2^20 KiB = 1 GiB).",
     )
 
 

@@ -7,9 +7,11 @@ dp replicas make up the job. The placement says which of pp / dp is split across
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
+from . import bounds as B
 from .base import StrictModel
 from .network import NetworkConfig
 
@@ -46,11 +48,15 @@ class BuildingShare(StrictModel):
 
     building: str = Field(min_length=1, description="Building name.")
     group: int = Field(
-        default=0, ge=0,
+        default=0, ge=0, le=B.MAX_BUILDING_GROUP,
         description="Pipeline group (pp+dp only): buildings of one group chain their stages in list order.",
     )
-    dp_replicas: int = Field(ge=1, description="Data-parallel replicas (or replicas' stages) held here.")
-    pp_stages: int = Field(ge=1, description="Consecutive pipeline stages of each of those replicas held here.")
+    dp_replicas: int = Field(
+        ge=1, le=B.MAX_DEGREE, description="Data-parallel replicas (or replicas' stages) held here (≤ 2^24)."
+    )
+    pp_stages: int = Field(
+        ge=1, le=B.MAX_DEGREE, description="Consecutive pipeline stages of each of those replicas held here (≤ 2^24)."
+    )
 
 
 class Placement(StrictModel):
@@ -58,21 +64,33 @@ class Placement(StrictModel):
 
     cross_building: CrossBuilding = Field(description="Dimension split across buildings.")
     buildings: list[BuildingShare] = Field(min_length=1, description="Share of the grid per building.")
-    layers_per_stage: list[int] = Field(
-        min_length=1, description="Transformer layers held by each pipeline stage (length pp, sum = layers)."
+    layers_per_stage: list[Annotated[int, Field(ge=0, le=B.MAX_LAYERS)]] = Field(
+        min_length=1,
+        description="Transformer layers held by each pipeline stage (length pp, sum = layers; each 0..1024).",
     )
 
 
 class Plan(StrictModel):
     """A complete plan. ``placement`` and ``network`` may be omitted: defaults are filled in."""
 
-    tp: int = Field(ge=1, description="Tensor-parallel degree (with sequence parallelism), inside NVLink.")
-    cp: int = Field(default=1, ge=1, description="Context-parallel degree (sequence split, ring attention).")
-    pp: int = Field(ge=1, description="Pipeline-parallel degree (stages).")
-    dp: int = Field(ge=1, description="Data-parallel degree (replicas).")
-    ep: int = Field(default=1, ge=1, description="Expert-parallel degree for MoE layers; divides dp·cp.")
-    virtual_stages: int = Field(default=1, ge=1, description="Model chunks per pipeline stage (interleaving).")
-    micro_batch_size: int = Field(ge=1, description="Sequences per micro-batch.")
+    tp: int = Field(
+        ge=1, le=B.MAX_DEGREE, description="Tensor-parallel degree (with sequence parallelism), inside NVLink (≤ 2^24)."
+    )
+    cp: int = Field(
+        default=1, ge=1, le=B.MAX_DEGREE,
+        description="Context-parallel degree (sequence split, ring attention; ≤ 2^24).",
+    )
+    pp: int = Field(ge=1, le=B.MAX_DEGREE, description="Pipeline-parallel degree (stages; ≤ 2^24).")
+    dp: int = Field(ge=1, le=B.MAX_DEGREE, description="Data-parallel degree (replicas; ≤ 2^24).")
+    ep: int = Field(
+        default=1, ge=1, le=B.MAX_DEGREE, description="Expert-parallel degree for MoE layers; divides dp·cp (≤ 2^24)."
+    )
+    virtual_stages: int = Field(
+        default=1, ge=1, le=B.MAX_VIRTUAL_STAGES, description="Model chunks per pipeline stage (interleaving; ≤ 1024)."
+    )
+    micro_batch_size: int = Field(
+        ge=1, le=B.MAX_MICRO_BATCH_SIZE, description="Sequences per micro-batch (≤ 2^24)."
+    )
     schedule: str = Field(description="Pipeline schedule name (see `scaleacross_opt.schedules`).")
     recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
     zero_stage: int = Field(default=1, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer, 2 +grads, 3 +weights.")
