@@ -20,7 +20,12 @@ from .catalog.gpus import GPUS
 from .errors import InputError, InputIssue
 from .spec import Instance, ModelSpec, Plan
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+# The shipped model files: inside the installed package (the wheel maps the top-level models/ to
+# scaleacross_opt/models/, see pyproject.toml); in an editable install or a plain checkout that folder
+# does not exist and the top-level models/ beside the package is used.
+MODELS_DIR = (_PACKAGE_DIR / "models" if (_PACKAGE_DIR / "models").is_dir()
+              else _PACKAGE_DIR.parent / "models")
 # Union-branch tags pydantic inserts into error locations; they are not field names.
 _UNION_TAGS = {"str", "int", "float", "GpuSpec", "ModelSpec"}
 
@@ -122,11 +127,11 @@ def parse_spec(cls: type[SpecT], data: Any, file: str) -> SpecT:
 
 
 def _model_dirs(base_dir: Path) -> list[Path]:
-    """Where a model named in a file is looked up: models/ beside the file, beside its folder, the project's."""
+    """Where a model named in a file is looked up: models/ beside the file, beside its folder, the shipped ones."""
     return [base_dir / "models", base_dir.parent / "models", MODELS_DIR]
 
 
-def known_models(base_dir: Path = MODELS_DIR.parent) -> list[str]:
+def known_models(base_dir: Path = MODELS_DIR) -> list[str]:
     """Names of the model files a file in ``base_dir`` can refer to."""
     return sorted({path.stem for folder in _model_dirs(base_dir) if folder.is_dir()
                    for path in folder.glob("*.yaml")})
