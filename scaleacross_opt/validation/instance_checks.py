@@ -7,6 +7,7 @@ from collections import Counter
 import networkx as nx
 
 from ..spec import Cluster, Instance, ModelSpec, SearchSpace
+from ..spec.bounds import MAX_SEQUENCES_PER_GPU, MAX_TOKENS_PER_GPU
 
 Problems = list[tuple[str, str]]
 
@@ -104,4 +105,34 @@ def check_instance(instance: Instance) -> Problems:
     total = instance.cluster.total_gpus
     if instance.job.num_gpus is not None and instance.job.num_gpus > total:
         problems.append(("job.num_gpus", f"num_gpus={instance.job.num_gpus} exceeds the cluster's {total} GPUs"))
+    problems += check_work_per_gpu(instance)
+    return problems
+
+
+def check_work_per_gpu(instance: Instance) -> Problems:
+    """One step's sequences and tokens per job GPU are bounded (``spec.bounds``).
+
+    A pipeline schedule holds every micro-batch of a step (up to global_batch_size / dp of them per
+    stage), so ``solve``'s memory and time grow with the sequences per GPU: 2^16 of them on 16 GPUs
+    take ~0.8 GB, 6 million (a batch of 10^8 on 16 GPUs) exhaust memory. 4,096 sequences per GPU is
+    ~500× the shipped instances. Tokens per GPU per step are bounded by 2^27 (~134M): at that size a
+    step of even a 1B-parameter model is 8·10^17 FLOP per GPU, > 10 minutes at H100's BF16 peak."""
+    job = instance.job
+    gpus = min(instance.num_gpus, instance.cluster.total_gpus)
+    problems: Problems = []
+    if job.global_batch_size > MAX_SEQUENCES_PER_GPU * gpus:
+        problems.append(("job.global_batch_size",
+                         f"global_batch_size={job.global_batch_size} on {gpus} GPUs is "
+                         f"{job.global_batch_size / gpus:,.0f} sequences per GPU per step, above the bound "
+                         f"{MAX_SEQUENCES_PER_GPU:,} (at most {MAX_SEQUENCES_PER_GPU * gpus:,} on {gpus} GPUs): "
+                         "the pipeline schedule holds every micro-batch of a step, so planning memory grows "
+                         "with it; use a smaller batch or more GPUs"))
+    tokens = job.global_batch_size * job.seq_len
+    if tokens > MAX_TOKENS_PER_GPU * gpus:
+        problems.append(("job.seq_len",
+                         f"global_batch_size={job.global_batch_size} × seq_len={job.seq_len} = {tokens:,} tokens "
+                         f"on {gpus} GPUs is {tokens / gpus:,.0f} tokens per GPU per step, above the bound "
+                         f"2^27 = {MAX_TOKENS_PER_GPU:,}: even for a 1B-parameter model a step "
+                         "would be > 10 minutes of compute per GPU at H100 peak; "
+                         "use shorter sequences, a smaller batch or more GPUs"))
     return problems
