@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 from typing import Any
 
-from .errors import InfeasibleError, InputError
+from .errors import InfeasibleError, InputError, NoPlanInTimeError
 from .io import load_instance, load_plan
 
 
@@ -24,4 +24,4 @@ def __getattr__(name: str) -> Any:
         return solve
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["InfeasibleError", "InputError", "__version__", "load_instance", "load_plan", "solve"]
+__all__ = ["InfeasibleError", "InputError", "NoPlanInTimeError", "__version__", "load_instance", "load_plan", "solve"]

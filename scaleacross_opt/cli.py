@@ -20,9 +20,10 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import InfeasibleError, InputError, InputIssue
+from .errors import InfeasibleError, InputError, InputIssue, NoPlanInTimeError
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_NO_PLAN_IN_TIME = 5  # the time limit ended the search before any plan (not proven infeasible)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 
@@ -43,6 +44,8 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             _fail([str(issue) for issue in err.issues], EXIT_INVALID)
         except InfeasibleError as err:
             _fail([f"infeasible: {err.reason}"], EXIT_INFEASIBLE)
+        except NoPlanInTimeError as err:
+            _fail([f"no plan in time: {err.reason}"], EXIT_NO_PLAN_IN_TIME)
         except (click.ClickException, click.exceptions.Exit, SystemExit):
             raise
         except KeyboardInterrupt:
@@ -366,8 +369,14 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
 
     _distinct_outputs(("--out", out_path), instance_path)
     instance = load_instance(instance_path)
-    result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
-                            progress=lambda msg: click.echo(msg, err=True))
+    try:
+        result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
+                                progress=lambda msg: click.echo(msg, err=True))
+    except (InfeasibleError, NoPlanInTimeError) as err:
+        if as_json:  # a pipeline reading stdout gets the status too
+            status = "infeasible" if isinstance(err, InfeasibleError) else "no_plan_in_time"
+            click.echo(json.dumps({"status": status, "reason": err.reason}, indent=2))
+        raise
     floor = physical_floor(instance, result.plan)
     if result.step_time_s < floor.seconds * (1 - 1e-9):  # a bug in the cost model or simulator: write nothing
         _fail([f"internal error: plan {result.step_time_s:.4f} s is below the physical floor {floor.seconds:.4f} s "
@@ -376,6 +385,8 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
     if out_path:
         _write_atomic(out_path, json.dumps(result.plan.model_dump(mode="json"), indent=2) + "\n")
         click.echo(f"plan written to {out_path}", err=True)
+    if result.status == "interrupted":
+        _fail(["interrupted: the best plan found so far is above"], EXIT_INTERRUPTED)
 
 
 @main.command()

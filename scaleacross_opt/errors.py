@@ -1,7 +1,7 @@
 """Errors the user sees: every one names the file, the field and the reason.
 
-The CLI maps them to exit codes (``InputError`` -> 1, ``InfeasibleError`` -> 3) and prints one
-line per problem, never a traceback.
+The CLI maps them to exit codes (``InputError`` -> 1, ``InfeasibleError`` -> 3,
+``NoPlanInTimeError`` -> 5) and prints one line per problem, never a traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ class InputError(Exception):
 
 class InfeasibleError(Exception):
     """No plan satisfies the constraints; ``reason`` says which constraint binds and by how much."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+class NoPlanInTimeError(Exception):
+    """The search found no valid plan before its time limit; the instance is not proven infeasible."""
 
     def __init__(self, reason: str):
         self.reason = reason

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 
 from ..cost.report import StepReport
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, NoPlanInTimeError
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
 from .coefficients import build_coefficients, prune_space
 from .cpsat.build import build_model
-from .diagnose import infeasibility_reason
+from .diagnose import infeasibility_reason, memory_shortfall
 from .refine import refine
 from .result import SolveResult, SolveStats
 from .space import design_space
@@ -43,12 +43,16 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     ``evaluate`` gives the step time the search optimises (default: the discrete-event simulator; the
     closed-form ``cost.step.estimate`` is a faster, coarser alternative). Same instance and seed give
     the same plan unless the time limit cuts the search short. Raises ``InfeasibleError`` with the
-    reason when no plan fits.
+    reason when no plan fits (proven), ``NoPlanInTimeError`` when the time limit ends the search before
+    any plan is found. Ctrl-C returns the best plan so far (status ``interrupted``), if there is one.
     """
     from ..baselines.production import production_plans
     from ..cost.step import estimate
 
     deadline = time.perf_counter() + time_limit_s
+    shortfall = memory_shortfall(instance)
+    if shortfall:
+        raise InfeasibleError(shortfall)
     space = design_space(instance)
     reason = space.empty_reason(instance)
     if reason:
@@ -68,8 +72,8 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
                          start_plans=start_plans, progress=progress)
     if best is None or best.report is None:
         if stats.status == "time_limit":
-            raise InfeasibleError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "
-                                  "infeasible: raise --time-limit)")
+            raise NoPlanInTimeError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "
+                                    "infeasible: raise --time-limit)")
         raise InfeasibleError(infeasibility_reason(instance, space))
     problems = validate_plan(best.plan, instance)
     assert not problems, f"validator rejected the returned plan: {problems}"

@@ -3,7 +3,9 @@ degree combination can meet."""
 
 from __future__ import annotations
 
-from ..cost.memory import memory_per_gpu
+from ..catalog import coefficients as co
+from ..cost.compute import layer_kinds
+from ..cost.memory import GIB, embedding_params, layer_params, memory_per_gpu
 from ..plan_defaults import fill_defaults
 from ..schedules import get_schedule
 from ..spec import Instance, Plan
@@ -55,3 +57,26 @@ def infeasibility_reason(instance: Instance, space: DesignSpace) -> str:
             f"dp={plan.dp} mbs={plan.micro_batch_size} {plan.recompute.value} recompute, ZeRO-{plan.zero_stage}, "
             f"{plan.schedule}) needs {need:.1f} GiB per GPU, {shortfall:.1f} GiB more than its GPUs have "
             f"({structural} placeable degree combinations tried)")
+
+
+def memory_shortfall(instance: Instance) -> str | None:
+    """Why no plan can fit, proven from totals alone, or None: the model's weights, gradients and Adam
+    states (WEIGHT + GRAD + OPTIMIZER bytes per parameter, each held once when ZeRO-3 shards all of them)
+    plus the fixed per-GPU allowance exceed the HBM of every GPU the job may use. Cheap, so ``solve``
+    runs it before building the search."""
+    model = instance.job.model_spec
+    params = sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model))
+    params += embedding_params(model, 1) * (1 if model.tied_embeddings else 2)
+    per_param = co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES
+    state = params * per_param / GIB
+    usable, left = 0.0, instance.num_gpus  # the job may pick the GPUs with the most HBM
+    for building in sorted(instance.cluster.buildings, key=lambda b: -b.gpu_spec.hbm_gib):
+        take = min(left, building.num_gpus)
+        usable += take * (building.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)
+        left -= take
+    if state <= usable:
+        return None
+    return (f"the model does not fit memory anywhere: its weights, gradients and Adam states alone are "
+            f"{state / 1024:.1f} TiB ({params / 1e9:.0f}B parameters × {per_param} B), more than the "
+            f"{usable / 1024:.1f} TiB of HBM the job's {instance.num_gpus:,} GPUs have after the "
+            f"{co.MEMORY_FIXED_OVERHEAD_GIB:g} GiB per-GPU allowance, even fully sharded (ZeRO-3)")

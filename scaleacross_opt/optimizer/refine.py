@@ -149,96 +149,32 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     hint: dict[int, int] | None = None
     ratios: list[float] = []
     examined: set[str] = set()
-    for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
-        assignment = plan_assignment(pv, start_plan)
-        if assignment is None:
-            continue
-        plan = extract_plan(pv, Values(_Snapshot(assignment)))
-        bound_us = plan_bound_us(pv, assignment, seed, deadline)
-        if bound_us is None or validate_plan(plan, pv.instance):
-            continue
-        bound = bound_us * US
-        examined.add(plan.model_dump_json())
-        report = simulate(pv.instance, plan)
-        stats.candidates_simulated += 1
-        add_nogood(pv.model, assignment)
-        ratios.append(bound / report.step_time_s)
-        stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
-        if best is None or report.step_time_s < best.report.step_time_s:
-            best, hint = Candidate(plan, bound, report), assignment
-        if progress:
-            progress(f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: simulated {report.step_time_s:.4f} s")
-    while True:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            stats.status = "time_limit"
-            break
-        t0 = time.perf_counter()
-        pv.model.ClearHints()
-        for index, value in sorted((hint or {}).items()):
-            pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
-        # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
-        # round with no solution at the end of its share goes on (up to the deadline) until its first one.
-        share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
-        solver = _solver(seed, WORKERS, remaining)
-        with _Improving(identity_vars(pv), solver, share) as recorder:
-            status = solver.Solve(pv.model, recorder)
-        # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof or
-        # its own stop was interrupted, so the interrupt is passed on
-        if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and not recorder.stopped
-                and solver.WallTime() < remaining - INTERRUPT_SLACK_S):
-            raise KeyboardInterrupt
-        stats.rounds += 1
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            stats.cpsat_wall_s += time.perf_counter() - t0
-            if status == cp_model.UNKNOWN:
-                stats.status = "time_limit"
-            break
-        optimum_us = int(solver.ObjectiveValue())
-        bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
-        correction = 1 + max(0.0, stats.bound_error)
-        stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
-        if best is not None and bound_s / correction >= best.report.step_time_s * (1 - 1e-9):
-            stats.cpsat_wall_s += time.perf_counter() - t0
-            stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
-            break
-        found = _best_distinct(recorder.found, top_k)
-        # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
-        # is its canonical assignment's, and every assignment of an examined plan is cut off.
-        plans = [extract_plan(pv, Values(_Snapshot(assignment))) for assignment in found]
-        canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
-        # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
-        bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US if time.perf_counter() < deadline else 0.0
-                  for c in canonical]
-        stats.cpsat_wall_s += time.perf_counter() - t0
-        for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
-            if best is not None and time.perf_counter() > deadline:
-                break
-            add_nogood(pv.model, assignment)
-            if same != assignment:
-                add_nogood(pv.model, same)
-            key = plan.model_dump_json()
-            if key in examined:
+    try:
+        for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
+            assignment = plan_assignment(pv, start_plan)
+            if assignment is None:
                 continue
-            examined.add(key)
-            problems = validate_plan(plan, pv.instance)
-            if problems:
-                stats.candidates_rejected += 1
+            plan = extract_plan(pv, Values(_Snapshot(assignment)))
+            bound_us = plan_bound_us(pv, assignment, seed, deadline)
+            if bound_us is None or validate_plan(plan, pv.instance):
                 continue
-            t1 = time.perf_counter()
+            bound = bound_us * US
+            examined.add(plan.model_dump_json())
             report = simulate(pv.instance, plan)
-            stats.simulate_wall_s += time.perf_counter() - t1
             stats.candidates_simulated += 1
-            if plan_bound > 0:
-                ratios.append(plan_bound / report.step_time_s)
-                stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
-            if best is None or (report.step_time_s, plan.model_dump_json()) < (
-                    best.report.step_time_s, best.plan.model_dump_json()):
-                best, hint = Candidate(plan, plan_bound, report), assignment
-            stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
+            add_nogood(pv.model, assignment)
+            ratios.append(bound / report.step_time_s)
+            stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
+            if best is None or report.step_time_s < best.report.step_time_s:
+                best, hint = Candidate(plan, bound, report), assignment
             if progress:
-                progress(f"round {stats.rounds}: plan bound {plan_bound:.4f} s, simulated {report.step_time_s:.4f} s, "
-                         f"best {best.report.step_time_s:.4f} s")
+                progress(f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: simulated {report.step_time_s:.4f} s")
+    except KeyboardInterrupt:  # Ctrl-C while simulating the start plans: keep the best of them
+        if best is None:
+            raise
+        stats.status = "interrupted"
+    else:
+        best = _rounds(pv, simulate, deadline, seed, top_k, progress, stats, best, hint, ratios, examined)
     stats.wall_s = time.perf_counter() - start
     stats.bound_ratio_min = min(ratios) if ratios else 0.0
     if best is not None:
@@ -247,3 +183,87 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
         stats.lower_bound_s = min(stats.lower_bound_s, best.report.step_time_s)  # the optimum is ≤ the best
         stats.gap = max(0.0, (best.report.step_time_s - stats.lower_bound_s) / best.report.step_time_s)
     return best, stats
+
+
+def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
+            top_k: int, progress: Callable[[str], None] | None, stats: SolveStats, best: Candidate | None,
+            hint: dict[int, int] | None, ratios: list[float], examined: set[str]) -> Candidate | None:
+    """The CP-SAT rounds of ``refine`` (updating ``stats``, ``ratios`` and ``examined``); returns the best
+    candidate. On Ctrl-C it returns the best so far with status ``interrupted`` (re-raises if none)."""
+    try:
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                stats.status = "time_limit"
+                break
+            t0 = time.perf_counter()
+            pv.model.ClearHints()
+            for index, value in sorted((hint or {}).items()):
+                pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
+            # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
+            # round with no solution at the end of its share goes on (up to the deadline) until its first one.
+            share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
+            solver = _solver(seed, WORKERS, remaining)
+            with _Improving(identity_vars(pv), solver, share) as recorder:
+                status = solver.Solve(pv.model, recorder)
+            # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof or
+            # its own stop was interrupted, so the interrupt is passed on
+            if (status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and not recorder.stopped
+                    and solver.WallTime() < remaining - INTERRUPT_SLACK_S):
+                raise KeyboardInterrupt
+            stats.rounds += 1
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                stats.cpsat_wall_s += time.perf_counter() - t0
+                if status == cp_model.UNKNOWN:
+                    stats.status = "time_limit"
+                break
+            optimum_us = int(solver.ObjectiveValue())
+            bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
+            correction = 1 + max(0.0, stats.bound_error)
+            stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
+            if best is not None and bound_s / correction >= best.report.step_time_s * (1 - 1e-9):
+                stats.cpsat_wall_s += time.perf_counter() - t0
+                stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
+                break
+            found = _best_distinct(recorder.found, top_k)
+            # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
+            # is its canonical assignment's, and every assignment of an examined plan is cut off.
+            plans = [extract_plan(pv, Values(_Snapshot(assignment))) for assignment in found]
+            canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
+            # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
+            bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US if time.perf_counter() < deadline else 0.0
+                      for c in canonical]
+            stats.cpsat_wall_s += time.perf_counter() - t0
+            for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
+                if best is not None and time.perf_counter() > deadline:
+                    break
+                add_nogood(pv.model, assignment)
+                if same != assignment:
+                    add_nogood(pv.model, same)
+                key = plan.model_dump_json()
+                if key in examined:
+                    continue
+                examined.add(key)
+                problems = validate_plan(plan, pv.instance)
+                if problems:
+                    stats.candidates_rejected += 1
+                    continue
+                t1 = time.perf_counter()
+                report = simulate(pv.instance, plan)
+                stats.simulate_wall_s += time.perf_counter() - t1
+                stats.candidates_simulated += 1
+                if plan_bound > 0:
+                    ratios.append(plan_bound / report.step_time_s)
+                    stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
+                if best is None or (report.step_time_s, plan.model_dump_json()) < (
+                        best.report.step_time_s, best.plan.model_dump_json()):
+                    best, hint = Candidate(plan, plan_bound, report), assignment
+                stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
+                if progress:
+                    progress(f"round {stats.rounds}: plan bound {plan_bound:.4f} s, simulated "
+                             f"{report.step_time_s:.4f} s, best {best.report.step_time_s:.4f} s")
+    except KeyboardInterrupt:  # Ctrl-C: keep the best plan found so far (none yet: stop like before)
+        if best is None:
+            raise
+        stats.status = "interrupted"
+    return best

@@ -12,7 +12,7 @@ from ..spec import Plan
 class SolveStats:
     """How the search went."""
 
-    status: str  # optimal | within_bound_error | time_limit | exhausted
+    status: str  # optimal | within_bound_error | time_limit | exhausted | interrupted (Ctrl-C: best so far)
     wall_s: float = 0.0
     cpsat_wall_s: float = 0.0
     simulate_wall_s: float = 0.0

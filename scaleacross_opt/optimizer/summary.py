@@ -53,6 +53,7 @@ _STATUS = {
     "within_bound_error": "optimal up to the bound's measured error",
     "time_limit": "time limit reached",
     "exhausted": "every plan examined",
+    "interrupted": "interrupted (Ctrl-C): the best plan found so far",
 }
 
 
