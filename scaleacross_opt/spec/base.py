@@ -18,6 +18,13 @@ _RANGE_ERRORS = {
 }
 
 
+def _number(value: Any) -> str:
+    """``1024`` for 1024.0 and 1e9, otherwise the value as written in Python."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
 def _range_message(err: Any) -> str | None:
     """``99999 exceeds the maximum 1048576 (why)`` for a pydantic range error, else None."""
     kind = _RANGE_ERRORS.get(err["type"])
@@ -27,7 +34,7 @@ def _range_message(err: Any) -> str | None:
     bound = (err.get("ctx") or {}).get(key)
     if bound is None:
         return None
-    message = f"{err['input']!r} {relation} {bound!r}"
+    message = f"{_number(err['input'])} {relation} {_number(bound)}"
     field = next((part for part in reversed(err["loc"]) if isinstance(part, str)), "")
     if key in ("le", "lt") and field in WHY:
         message += f" ({WHY[field]})"
