@@ -358,9 +358,10 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 @_json_opt
 @click.option("--out", "out_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write the plan here (feeds simulate --plan).")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @handle_errors
 def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_json: bool,
-          out_path: Path | None) -> None:
+          out_path: Path | None, quiet: bool) -> None:
     """Find the plan with the shortest simulated step for INSTANCE."""
     from .io import load_instance
     from .optimizer import solve as solve_instance
@@ -371,7 +372,7 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
     instance = load_instance(instance_path)
     try:
         result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
-                                progress=lambda msg: click.echo(msg, err=True))
+                                progress=None if quiet else lambda msg: click.echo(msg, err=True))
     except (InfeasibleError, NoPlanInTimeError) as err:
         if as_json:  # a pipeline reading stdout gets the status too
             status = "infeasible" if isinstance(err, InfeasibleError) else "no_plan_in_time"

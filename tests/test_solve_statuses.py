@@ -65,3 +65,13 @@ def test_interrupt_keeps_the_best_plan_so_far(run_cli, small: Path, tmp_path: Pa
     assert cli_result.exit_code == 130
     assert json.loads(cli_result.stdout)["solver"]["status"] == "interrupted"
     assert json.loads(out.read_text(encoding="utf-8")) == json.loads(cli_result.stdout)["plan"]
+
+
+def test_progress_lines_show_time_best_and_bound(run_cli, small: Path) -> None:
+    result = run_cli(["solve", small, "--time-limit", "10"])
+    assert result.exit_code == 0, result.stderr
+    rounds = [line for line in result.stderr.splitlines() if "] round " in line]
+    assert rounds and all(line.startswith("[") and "best " in line for line in rounds)
+    assert any("gap " in line for line in rounds)
+    quiet = run_cli(["solve", small, "--time-limit", "10", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""

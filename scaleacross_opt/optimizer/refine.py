@@ -168,13 +168,14 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             if best is None or report.step_time_s < best.report.step_time_s:
                 best, hint = Candidate(plan, bound, report), assignment
             if progress:
-                progress(f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: simulated {report.step_time_s:.4f} s")
+                progress(_status_line(start, stats, best, f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: "
+                                                          f"simulated {report.step_time_s:.4f} s"))
     except KeyboardInterrupt:  # Ctrl-C while simulating the start plans: keep the best of them
         if best is None:
             raise
         stats.status = "interrupted"
     else:
-        best = _rounds(pv, simulate, deadline, seed, top_k, progress, stats, best, hint, ratios, examined)
+        best = _rounds(pv, simulate, start, deadline, seed, top_k, progress, stats, best, hint, ratios, examined)
     stats.wall_s = time.perf_counter() - start
     stats.bound_ratio_min = min(ratios) if ratios else 0.0
     if best is not None:
@@ -185,7 +186,18 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     return best, stats
 
 
-def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
+def _status_line(start: float, stats: SolveStats, best: Candidate | None, event: str) -> str:
+    """A progress line: elapsed seconds, the event, the best simulated step, the proven bound and gap."""
+    line = f"[{time.perf_counter() - start:6.1f} s] {event}"
+    if best is not None:
+        line += f"; best {best.report.step_time_s:.4f} s"
+        if stats.lower_bound_s > 0:
+            gap = max(0.0, 1 - stats.lower_bound_s / best.report.step_time_s)
+            line += f", bound {stats.lower_bound_s:.4f} s (gap {100 * gap:.1f} %)"
+    return line
+
+
+def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], start: float, deadline: float, seed: int,
             top_k: int, progress: Callable[[str], None] | None, stats: SolveStats, best: Candidate | None,
             hint: dict[int, int] | None, ratios: list[float], examined: set[str]) -> Candidate | None:
     """The CP-SAT rounds of ``refine`` (updating ``stats``, ``ratios`` and ``examined``); returns the best
@@ -260,8 +272,8 @@ def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], dead
                     best, hint = Candidate(plan, plan_bound, report), assignment
                 stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
                 if progress:
-                    progress(f"round {stats.rounds}: plan bound {plan_bound:.4f} s, simulated "
-                             f"{report.step_time_s:.4f} s, best {best.report.step_time_s:.4f} s")
+                    progress(_status_line(start, stats, best, f"round {stats.rounds}: plan bound {plan_bound:.4f} s, "
+                                                              f"simulated {report.step_time_s:.4f} s"))
     except KeyboardInterrupt:  # Ctrl-C: keep the best plan found so far (none yet: stop like before)
         if best is None:
             raise

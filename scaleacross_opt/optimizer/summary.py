@@ -28,8 +28,8 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"{len(instance.cluster.buildings)} building(s), {instance.job.model_spec.name}",
         f"plan            tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
         f"v={plan.virtual_stages} mbs={plan.micro_batch_size} recompute={plan.recompute.value} "
-        f"ZeRO-{plan.zero_stage} schedule={plan.schedule} dp_sync={plan.dp_sync.value} "
-        f"tp_comm_overlap={str(plan.tp_comm_overlap).lower()}",
+        f"ZeRO-{plan.zero_stage} schedule={plan.schedule} dp_sync={plan.dp_sync.value}"
+        + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else ""),
         f"placement       {where} ({shares})",
         f"layers/stage    {plan.placement.layers_per_stage}",
         f"network         intra-building: {_net(net.intra_building)}",
