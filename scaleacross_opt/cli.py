@@ -174,7 +174,7 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
     from .validation.physical_floor import physical_floor
     from .validation.plan_checks import check_memory
 
-    instance = load_instance(instance_path) if instance_path else None
+    instance = _load_instance(instance_path) if instance_path else None
     issues: list[InputIssue] = []
     for path in files:
         try:
@@ -250,11 +250,41 @@ def _report_json(report: Any, plan: Any) -> dict[str, Any]:
     return {**report.to_json(), "plan": plan.model_dump(mode="json")}
 
 
-def _load_instance_and_plan(instance_path: Path, plan_path: Path) -> tuple[Any, Any]:
-    from .io import load_instance, load_plan
+def _expect_kind(path: Path, expected: str, err: InputError) -> InputError:
+    """``err``, or — when ``path`` holds another kind of file (arguments swapped?) — one plain line saying so."""
+    from .io import read_document
 
-    instance = load_instance(instance_path)
-    return instance, load_plan(plan_path, instance)
+    try:
+        kind = _document_kind(read_document(path))
+    except InputError:
+        return err
+    if kind is None or kind == expected:
+        return err
+    def named(word: str) -> str:
+        return ("an " if word == "instance" else "a ") + word
+
+    return InputError([InputIssue(str(path), "", f"{path.name} is {named(kind)}, expected {named(expected)} "
+                                                 "(arguments swapped?)")])
+
+
+def _load_instance(path: Path) -> Any:
+    """The instance at ``path``; a plan or model file given instead is named as such."""
+    from .io import load_instance
+
+    try:
+        return load_instance(path)
+    except InputError as err:
+        raise _expect_kind(path, "instance", err) from None
+
+
+def _load_instance_and_plan(instance_path: Path, plan_path: Path) -> tuple[Any, Any]:
+    from .io import load_plan
+
+    instance = _load_instance(instance_path)
+    try:
+        return instance, load_plan(plan_path, instance)
+    except InputError as err:
+        raise _expect_kind(plan_path, "plan", err) from None
 
 
 def _plan_lines(plan: Any) -> list[str]:
@@ -363,13 +393,12 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_json: bool,
           out_path: Path | None, quiet: bool) -> None:
     """Find the plan with the shortest simulated step for INSTANCE."""
-    from .io import load_instance
     from .optimizer import solve as solve_instance
     from .optimizer.summary import summary_text
     from .validation.physical_floor import physical_floor
 
     _distinct_outputs(("--out", out_path), instance_path)
-    instance = load_instance(instance_path)
+    instance = _load_instance(instance_path)
     try:
         result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
                                 progress=None if quiet else lambda msg: click.echo(msg, err=True))

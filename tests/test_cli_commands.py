@@ -241,3 +241,12 @@ def test_unknown_model_error_lists_the_known_models(run_cli, small: Path, tmp_pa
     assert result.exit_code == 1
     assert "unknown model 'llama9-1t'" in result.stderr and "known: " in result.stderr
     assert "llama3-405b" in result.stderr
+
+
+def test_swapped_arguments_are_named(run_cli, small: Path, bare_plan: Path) -> None:
+    swapped = run_cli(["simulate", bare_plan, "--plan", small])
+    assert swapped.exit_code == 1
+    assert "plan.yaml is a plan, expected an instance (arguments swapped?)" in swapped.stderr
+    plan_as_instance = run_cli(["estimate", small, "--plan", small])
+    assert plan_as_instance.exit_code == 1
+    assert "is an instance, expected a plan (arguments swapped?)" in plan_as_instance.stderr
