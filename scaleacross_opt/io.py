@@ -47,6 +47,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads 1e9 as a string (it wants 1.0e+9); accept exponents without a dot as floats,
+# as YAML 1.2 and JSON do.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 class _DuplicateKeyError(ValueError):
     """A JSON object repeats a key."""
 
