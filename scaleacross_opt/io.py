@@ -209,6 +209,22 @@ def check_loaded_instance(instance: Instance, file: str) -> Instance:
     return instance
 
 
+def _with_network_defaults(data: Any) -> Any:
+    """A plan document whose partial ``network`` (a traffic class, or some of a class's settings) is completed
+    with the catalog defaults (``catalog.network.DEFAULT_NETWORK``); anything else is left to validation."""
+    if not isinstance(data, dict) or not isinstance(data.get("network"), dict):
+        return data
+    from .catalog.network import DEFAULT_NETWORK
+
+    defaults = DEFAULT_NETWORK.model_dump(mode="json")
+    network = dict(data["network"])
+    for name, settings in defaults.items():
+        given = network.get(name, {})
+        if isinstance(given, dict):
+            network[name] = {**settings, **given}
+    return {**data, "network": network}
+
+
 def load_plan(path: str | Path, instance: Instance | None = None) -> Plan:
     """Load a plan file (JSON or YAML; a `solve --json` output's "plan" key is accepted too).
 
@@ -218,7 +234,7 @@ def load_plan(path: str | Path, instance: Instance | None = None) -> Plan:
     data = read_document(path)
     if isinstance(data, dict) and "plan" in data and isinstance(data["plan"], dict):
         data = data["plan"]
-    plan = parse_spec(Plan, data, str(path))
+    plan = parse_spec(Plan, _with_network_defaults(data), str(path))
     if instance is None:
         return plan
     from .plan_defaults import fill_defaults

@@ -73,10 +73,14 @@ def default_placement(instance: Instance, plan: Plan) -> Placement:
 
 
 def fill_defaults(instance: Instance, plan: Plan) -> Plan:
-    """The plan with ``network`` and ``placement`` filled in where they were omitted."""
+    """The plan with ``network``, ``placement`` and a placement's ``layers_per_stage`` (the even split)
+    filled in where they were omitted."""
     updates: dict[str, object] = {}
     if plan.network is None:
         updates["network"] = DEFAULT_NETWORK
     if plan.placement is None:
         updates["placement"] = default_placement(instance, plan)
+    elif plan.placement.layers_per_stage is None:
+        layers = even_layers(instance.job.model_spec.layers, plan.pp)
+        updates["placement"] = plan.placement.model_copy(update={"layers_per_stage": layers})
     return plan.model_copy(update=updates) if updates else plan

@@ -19,3 +19,34 @@ def test_exponent_without_a_dot_is_a_float(instances_dir: Path, tmp_path: Path) 
     path.write_text(text, encoding="utf-8")
     link = load_instance(path).cluster.links[0]
     assert link.bandwidth_gbps == 1e5 and link.latency_us == 150.0
+
+
+PARTIAL_PLAN = """
+tp: 8
+pp: 4
+dp: 4
+micro_batch_size: 1
+schedule: 1f1b
+placement:
+  cross_building: pp
+  buildings:
+    - {building: bldg-a, dp_replicas: 4, pp_stages: 2}
+    - {building: bldg-b, dp_replicas: 4, pp_stages: 2}
+network:
+  cross_building: {collective_algorithm: hierarchical, qps_per_connection: 16}
+"""
+
+
+def test_partial_network_and_placement_without_layers_get_defaults(instances_dir: Path, tmp_path: Path) -> None:
+    from scaleacross_opt.catalog.network import DEFAULT_TRAFFIC_CLASS
+    from scaleacross_opt.io import load_plan
+
+    instance = load_instance(instances_dir / "small-two-buildings-llama3-8b.yaml")
+    path = tmp_path / "plan.yaml"
+    path.write_text(PARTIAL_PLAN, encoding="utf-8")
+    plan = load_plan(path, instance)
+    assert plan.placement is not None and plan.placement.layers_per_stage == [8, 8, 8, 8]
+    assert plan.network is not None and plan.network.intra_building == DEFAULT_TRAFFIC_CLASS
+    cross = plan.network.cross_building
+    assert (cross.collective_algorithm.value, cross.qps_per_connection) == ("hierarchical", 16)
+    assert cross.load_balancing == DEFAULT_TRAFFIC_CLASS.load_balancing

@@ -94,8 +94,9 @@ def local_span(size: int, stride: int, building: Building) -> GroupSpan:
 
 def require_filled(plan: Plan) -> tuple[Placement, NetworkConfig]:
     """The plan's placement and network; ValueError unless both are filled and the layer split has pp entries."""
-    if plan.placement is None or plan.network is None:
-        raise ValueError("plan.placement and plan.network must be filled (plan_defaults.fill_defaults)")
+    if plan.placement is None or plan.network is None or plan.placement.layers_per_stage is None:
+        raise ValueError("plan.placement (with layers_per_stage) and plan.network must be filled "
+                         "(plan_defaults.fill_defaults)")
     if len(plan.placement.layers_per_stage) != plan.pp:
         raise ValueError(f"layers_per_stage has {len(plan.placement.layers_per_stage)} entries, pp={plan.pp}")
     return plan.placement, plan.network

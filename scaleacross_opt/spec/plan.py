@@ -64,9 +64,10 @@ class Placement(StrictModel):
 
     cross_building: CrossBuilding = Field(description="Dimension split across buildings.")
     buildings: list[BuildingShare] = Field(min_length=1, description="Share of the grid per building.")
-    layers_per_stage: list[Annotated[int, Field(ge=0, le=B.MAX_LAYERS)]] = Field(
-        min_length=1,
-        description="Transformer layers held by each pipeline stage (length pp, sum = layers; each 0..1024).",
+    layers_per_stage: list[Annotated[int, Field(ge=0, le=B.MAX_LAYERS)]] | None = Field(
+        default=None, min_length=1,
+        description="Transformer layers held by each pipeline stage (length pp, sum = layers; each 0..1024); "
+                    "default: the even split (extras to the middle stages).",
     )
 
 

@@ -123,7 +123,9 @@ def check_placement(plan: Plan, instance: Instance) -> Problems:
     if not problems:
         problems += _check_shares(plan, instance)
     layers = placement.layers_per_stage
-    if len(layers) != plan.pp:
+    if layers is None:  # filled with the even split by plan_defaults.fill_defaults
+        pass
+    elif len(layers) != plan.pp:
         problems.append(("placement.layers_per_stage", f"has {len(layers)} entries, expected pp={plan.pp}"))
     elif sum(layers) != model.layers:
         problems.append(("placement.layers_per_stage", f"adds up to {sum(layers)}, model has {model.layers} layers"))
