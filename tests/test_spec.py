@@ -241,3 +241,13 @@ def test_even_layers(layers: int, pp: int) -> None:
     assert max(split) - min(split) <= 1
     if 0 < layers % pp <= pp - 2:  # extras go to the middle stages first (ends hold embedding / LM head)
         assert split[0] == split[-1] == min(split)
+
+
+def test_schedule_names_are_an_enum_in_the_json_schema() -> None:
+    from scaleacross_opt.schedules import schedule_names
+    from scaleacross_opt.schema_export import json_schema
+
+    assert json_schema("plan")["properties"]["schedule"]["enum"] == schedule_names()
+    search = json_schema("instance")["$defs"]["SearchSpace"]["properties"]["schedules"]
+    arrays = [option for option in search["anyOf"] if option.get("type") == "array"]
+    assert arrays and arrays[0]["items"]["enum"] == schedule_names()
