@@ -112,7 +112,8 @@ def validation_issues(file: str, error: ValidationError) -> list[InputIssue]:
         took_other_branch = "str" in err["loc"] and err["type"] == "string_type"
         if took_other_branch and any(p.startswith(path) for p in issues):
             continue
-        issues.setdefault(path, InputIssue(file, path, err["msg"]))
+        message = err["msg"].removeprefix("Value error, ")  # a validator's own message says what is wrong
+        issues.setdefault(path, InputIssue(file, path, message))
     return [
         issue for path, issue in issues.items()
         if not (issue.message.startswith("Input should be a valid string") and any(

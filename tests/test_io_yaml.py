@@ -50,3 +50,16 @@ def test_partial_network_and_placement_without_layers_get_defaults(instances_dir
     cross = plan.network.cross_building
     assert (cross.collective_algorithm.value, cross.qps_per_connection) == ("hierarchical", 16)
     assert cross.load_balancing == DEFAULT_TRAFFIC_CLASS.load_balancing
+
+
+def test_every_problem_of_a_search_section_is_reported(run_cli, small: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(small.read_text(encoding="utf-8"))
+    data["search"] = {"zero_stages": [7], "schedules": ["nope"], "virtual_stages": [0], "qps_per_connection": [0]}
+    path = tmp_path / "instance.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli(["validate", path])
+    assert result.exit_code == 1
+    fields = {line.split(": ")[1] for line in result.stderr.splitlines()}
+    assert fields == {"search.zero_stages[0]", "search.schedules[0]", "search.virtual_stages[0]",
+                      "search.qps_per_connection[0]"}
+    assert "unknown schedule 'nope'; known: 1f1b" in result.stderr

@@ -11,7 +11,7 @@ from .base import StrictModel
 from .cluster import Cluster
 from .job import Job
 from .network import CollectiveAlgorithm, CongestionControl, LoadBalancing, LossRecovery
-from .plan import CrossBuilding, Recompute
+from .plan import CrossBuilding, Recompute, ScheduleName
 
 # Element types of the search lists: the same bounds as the plan fields they restrict.
 Degree = Annotated[int, Field(ge=1, le=B.MAX_DEGREE)]
@@ -35,7 +35,7 @@ class SearchSpace(StrictModel):
     micro_batch_sizes: list[MicroBatchSize] | None = Field(
         default=None, description="Allowed micro-batch sizes (each 1..2^24)."
     )
-    schedules: list[str] | None = Field(default=None, description="Allowed pipeline schedule names.")
+    schedules: list[ScheduleName] | None = Field(default=None, description="Allowed pipeline schedule names.")
     recompute: list[Recompute] | None = Field(default=None, description="Allowed recompute modes.")
     zero_stages: list[ZeroStage] | None = Field(default=None, description="Allowed ZeRO stages (0..3).")
     cross_building: list[CrossBuilding] | None = Field(default=None, description="Allowed cross-building dims.")

@@ -9,11 +9,24 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from . import bounds as B
 from .base import StrictModel
 from .network import NetworkConfig
+
+
+def _registered_schedule(name: str) -> str:
+    """A pipeline schedule name the registry knows (schedules are modules, so not a Python enum; the JSON
+    Schema lists them, see ``schema_export``)."""
+    from ..schedules import schedule_names
+
+    if name not in schedule_names():
+        raise ValueError(f"unknown schedule {name!r}; known: {', '.join(schedule_names())}")
+    return name
+
+
+ScheduleName = Annotated[str, AfterValidator(_registered_schedule)]
 
 
 class Recompute(StrEnum):
@@ -92,7 +105,7 @@ class Plan(StrictModel):
     micro_batch_size: int = Field(
         ge=1, le=B.MAX_MICRO_BATCH_SIZE, description="Sequences per micro-batch (≤ 2^24)."
     )
-    schedule: str = Field(description="Pipeline schedule name (see `scaleacross_opt.schedules`).")
+    schedule: ScheduleName = Field(description="Pipeline schedule name (see `scaleacross-opt list schedules`).")
     recompute: Recompute = Field(default=Recompute.NONE, description="Activation recomputation mode.")
     zero_stage: int = Field(default=1, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer, 2 +grads, 3 +weights.")
     dp_sync: DpSync = Field(
