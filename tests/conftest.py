@@ -116,3 +116,24 @@ def bare_plan(tmp_path: Path) -> Path:
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(BARE_PLAN), encoding="utf-8")
     return path
+
+
+# Hypothesis profiles for the property-based tests (tests/test_fuzz_*.py). ``ci`` is the default:
+# deterministic (derandomize) and sized so both fuzz files run in about a minute on a 2-core machine;
+# ``thorough`` explores more (HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_fuzz_*.py).
+# Each test sets its own ``max_examples`` for ``ci``; ``thorough`` multiplies it (see ``fuzz_examples``).
+import os  # noqa: E402
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", deadline=None, derandomize=True, print_blob=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                           HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "thorough", deadline=None, derandomize=False, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                           HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
