@@ -117,9 +117,6 @@ EP_OVERLAP_FRACTION = 0.0
 # Fraction of the last micro-batch's backward during which DP gradient buckets already sync
 # (bucketed reduce overlaps everything but the last bucket; Li et al. VLDB'20, PyTorch DDP §3.2.3).
 DP_BACKWARD_OVERLAP_FRACTION = 0.8
-# Fraction of compute behind which ZeRO-3 parameter all-gathers / gradient reduce-scatters of one
-# micro-batch hide when prefetched (Rajbhandari et al. 2020 §7; FSDP overlaps the next layer's gather).
-ZERO3_OVERLAP_FRACTION = 0.8
 
 # ---------------------------------------------------------------------------------------------------
 # Network (cost.network, cost.collectives)

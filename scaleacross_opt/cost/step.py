@@ -17,9 +17,9 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
 - EP: all-to-all dispatch + combine of (tokens/tp)·top_k·h·2 bytes (each TP rank routes its sequence-
   parallel slice) in forward and in backward over the EP span: the node-local share on NVLink, the rest
   on the NIC; hidden behind the paired micro-batch's compute in DualPipe-style schedules.
-- ZeRO-3: all-gather of the chunk's bf16 weights in forward and again in backward per micro-batch over
-  the stage's real DP span (across buildings when its replicas are), prefetched behind
-  ``ZERO3_OVERLAP_FRACTION`` of its compute (reported as exposed DP).
+- ZeRO-3: all-gather of each layer's bf16 weights in forward and again in backward per micro-batch over
+  the stage's real DP span (across buildings when its replicas are), prefetched one layer ahead: each
+  layer exposes max(0, gather − its compute) (``_chunk_cost``; reported as exposed DP).
 - PP: one activation (forward) or activation-gradient (backward) of S_act/tp bytes per GPU per
   micro-batch per stage boundary.
 - DP: per chunk, a reduce-scatter (ZeRO ≥ 1) or an all-reduce (ZeRO 0) of the gradients over the dp·cp
@@ -63,7 +63,7 @@ from .compute import (
     model_flops_per_step,
 )
 from .layout import GroupSpan, ResolvedPlan, local_span, resolve
-from .memory import ParamCount, layout_memory, stage_params
+from .memory import ParamCount, layer_params, layout_memory, stage_params
 from .network import EffectivePath, effective_path
 from .report import BREAKDOWN_KEYS, StepReport
 from .workload import LinkShare, PipelineGroup, StepWorkload
@@ -287,8 +287,12 @@ def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> flo
 def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building) -> _ChunkCost:
     """Op times of (stage, chunk) for one micro-batch on a GPU of ``building``, communication included.
 
-    ZeRO-3 gathers the chunk's weights before its forward and again before its backward, prefetched
-    behind ZERO3_OVERLAP_FRACTION of that pass's compute (reported as exposed DP).
+    ZeRO-3 gathers each layer's weights before its forward and again before its backward on a separate
+    stream, prefetched one layer ahead (FSDP / DeepSpeed default; the memory model keeps
+    ZERO3_GATHERED_LAYERS layers gathered): layer l's pass starts once its gather is done, which ran
+    during layer l−1's pass, so a pass takes Σ_l max(compute_l, gather_l) — each layer exposes
+    max(0, gather − compute) (reported as exposed DP); the first layer's gather overlaps the previous op.
+    The embedding and LM head are gathered like one more layer.
     """
     instance, plan = layout.instance, layout.plan
     model, job = instance.job.model_spec, instance.job
@@ -297,27 +301,34 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     kinds = list(layout.kinds[stage][chunk])
     total = OpTimes(0.0, 0.0, 0.0)
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
+
+    def add(times: OpTimes, params: ParamCount, count: int) -> None:
+        nonlocal total
+        if plan.zero_stage >= 3 and (params.dense or params.expert):
+            gather = _zero3_gather_s(layout, stage, params)
+            fwd, bwd = max(0.0, gather - times.fwd_s), max(0.0, gather - times.bwd_s)
+            exposed["dp"] += count * (fwd + bwd)
+            times = times + OpTimes(fwd, bwd, 0.0)
+        total = total + times.scaled(count)
+
     for kind in set(kinds):
         count = kinds.count(kind)
         compute = layer_times(model, kind, shard, gpu, job.precision, plan.recompute)
         comm = layer_comm(instance, plan, building, kind)
         fwd_comm = sum(f for f, _ in comm.values())
         bwd_comm = sum(b for _, b in comm.values())
-        total = total + OpTimes(
-            compute.fwd_s + fwd_comm, compute.bwd_input_s + bwd_comm, compute.bwd_weight_s
-        ).scaled(count)
+        layer = OpTimes(compute.fwd_s + fwd_comm, compute.bwd_input_s + bwd_comm, compute.bwd_weight_s)
+        add(layer, layer_params(model, kind, plan.tp, plan.ep), count)
         for name, (f, b) in comm.items():
             exposed[name] += count * (f + b)
+    heads = OpTimes(0.0, 0.0, 0.0)
     if (stage, chunk) == layout.order[0]:
-        total = total + embedding_times(model, shard, gpu)
+        heads = heads + embedding_times(model, shard, gpu)
     if (stage, chunk) == layout.order[-1]:
-        total = total + lm_head_times(model, shard, gpu, job.precision)
-    if plan.zero_stage >= 3:
-        gather = _zero3_gather_s(layout, stage, stage_params(layout, stage)[chunk])
-        fwd_extra = max(0.0, gather - co.ZERO3_OVERLAP_FRACTION * total.fwd_s)
-        bwd_extra = max(0.0, gather - co.ZERO3_OVERLAP_FRACTION * total.bwd_s)
-        exposed["dp"] = fwd_extra + bwd_extra
-        total = total + OpTimes(fwd_extra, bwd_extra, 0.0)
+        heads = heads + lm_head_times(model, shard, gpu, job.precision)
+    head_params = stage_params(layout, stage)[chunk].dense - sum(
+        layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
+    add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
     return _ChunkCost(total, exposed)
 
 
