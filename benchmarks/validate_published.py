@@ -197,7 +197,8 @@ AFTER_BACKWARD_SYNC = ("Megatron-LM", "Megatron-DeepSpeed")
 
 # Why a row may legitimately be far off (printed beside rows off by more than 30 %).
 REASONS = {
-    "zero3": "ZeRO-3 at tiny per-GPU batch: per-layer gathers (prefetched one layer ahead) dominate; NCCL kernels competing with compute for SMs are not modelled",
+    "zero3": "ZeRO-3 at tiny per-GPU batch: per-layer gathers (prefetched one layer ahead) dominate; NCCL "
+             "kernels competing with compute for SMs are not modelled",
     "fp8": "FP8 GEMM efficiency ratio (0.75 of FP8 peak-relative) is assumed, not calibrated",
     "h100_500w": "H100 capped at 500 W (lower clocks) not modelled; efficiency is the H200 calibration",
     "a100": "A100 efficiency assumed equal to the H200 calibration (no A100 measurement)",
