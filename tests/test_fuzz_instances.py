@@ -84,22 +84,27 @@ def _node_sizes(gpu: str) -> list[int]:
 
 
 @st.composite
-def buildings(draw: st.DrawFn, count: int, max_total: int, latency: st.SearchStrategy[float] = LATENCY
-              ) -> list[dict[str, Any]]:
+def buildings(draw: st.DrawFn, count: int, max_total: int, latency: st.SearchStrategy[float] = LATENCY,
+              pow2: bool = False) -> list[dict[str, Any]]:
+    """``count`` buildings with at most ``max_total`` GPUs in all (≥ 8 when max_total allows); with ``pow2``,
+    power-of-two node counts half of the time (degrees then divide more often, so solve finds plans)."""
     out: list[dict[str, Any]] = []
     budget = max_total
     for i in range(count):
+        left = count - i - 1  # buildings still to come: keep ≥ 1 GPU for each
+        room = max(1, budget - left)
         gpu = draw(st.sampled_from(GPU_NAMES))
-        per_node = draw(st.sampled_from(_node_sizes(gpu)))
-        left = count - i - 1
-        max_nodes = max(1, (budget - left) // per_node)  # leave ≥ 1 GPU-node for the others, roughly
-        min_nodes = max(1, math.ceil(8 / per_node)) if i == 0 else 1
-        min_nodes = min(min_nodes, max_nodes)
-        nodes = draw(st.one_of(st.integers(min_nodes, min(max_nodes, min_nodes + 16)),
-                               st.integers(min_nodes, max_nodes),
-                               st.just(max_nodes)))
+        per_node = draw(st.sampled_from([s for s in _node_sizes(gpu) if s <= room] or [1]))
+        max_nodes = max(1, room // per_node)
+        min_nodes = min(max(1, math.ceil(8 / per_node)) if i == 0 else 1, max_nodes)
+        options = [st.integers(min_nodes, min(max_nodes, min_nodes + 16)), st.integers(min_nodes, max_nodes),
+                   st.just(max_nodes)]
+        if pow2 and draw(st.booleans()):
+            options = [st.sampled_from([1 << k for k in range(max_nodes.bit_length()) if 1 << k >= min_nodes]
+                                       or [max_nodes])]
+        nodes = draw(st.one_of(options))
         num_gpus = nodes * per_node
-        budget = max(budget - num_gpus, 1)
+        budget -= num_gpus
         building: dict[str, Any] = {"name": f"b{i}", "gpu": gpu, "num_gpus": num_gpus}
         if per_node != 8 or draw(st.booleans()):
             building["gpus_per_node"] = per_node
@@ -141,14 +146,16 @@ def instance_dicts(draw: st.DrawFn, *, max_buildings: int = 16, max_total: int =
                    models: list[str] | None = None, respect_work_bounds: bool = False) -> dict[str, Any]:
     count = draw(st.integers(1, max_buildings))
     latency = LATENCY if not respect_work_bounds else LATENCY_PIPELINE
-    bs = draw(buildings(count, max_total, latency))
+    bs = draw(buildings(count, max_total, latency, pow2=respect_work_bounds))
     total = sum(b["num_gpus"] for b in bs)
     job_gpus = None
     if draw(st.integers(0, 3)) == 0:
-        job_gpus = draw(st.integers(1, total))
+        job_gpus = draw(st.integers(1, total) if not respect_work_bounds else
+                        st.sampled_from([g for g in (8, 16, 32, 64, 128, 256) if g <= total] or [total]))
     gpus = job_gpus or total
     if respect_work_bounds:
-        batch = draw(st.integers(1, min(1 << 24, 4 * gpus)))
+        batch = draw(st.one_of(st.integers(1, min(1 << 24, 4 * gpus)),
+                               st.sampled_from([1 << k for k in range((4 * gpus).bit_length())])))
         seq_len = draw(st.sampled_from([1, 128, 2048, 4096, 8192]))
     else:
         batch = draw(st.one_of(st.integers(1, 1 << 24), st.sampled_from([1, 1 << 24, gpus, 4096 * gpus])))
@@ -228,6 +235,8 @@ def test_loader_raises_only_input_error(data: dict[str, Any]) -> None:
 def test_solve_small_instances(data: dict[str, Any]) -> None:
     """solve raises only InfeasibleError / NoPlanInTimeError; a returned plan is valid and above its floor."""
     from scaleacross_opt.optimizer import solve
+
+    assert 8 <= sum(b["num_gpus"] for b in data["cluster"]["buildings"]) <= 4096
 
     instance = _load_or_none(data)
     assume(instance is not None)
