@@ -423,4 +423,5 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
 @_instance_arg
 def compare(instance_path: Path) -> None:
     """Compare the planner with heuristic baselines (not implemented yet)."""
-    _fail(["compare is not implemented yet: it lands with the baselines issue"], EXIT_USAGE)
+    _fail(["compare is not available yet: comparing the planner with heuristic and search baselines is planned; "
+           "meanwhile `solve` prints how far its plan is from the production heuristic's start plans"], EXIT_USAGE)

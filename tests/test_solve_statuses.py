@@ -73,5 +73,7 @@ def test_progress_lines_show_time_best_and_bound(run_cli, small: Path) -> None:
     rounds = [line for line in result.stderr.splitlines() if "] round " in line]
     assert rounds and all(line.startswith("[") and "best " in line for line in rounds)
     assert any("gap " in line for line in rounds)
+    assert "GPUs used       bldg-a 64 of 64, bldg-b 64 of 64" in result.stdout
+    assert "busiest " in result.stdout and "s of traffic per step" in result.stdout
     quiet = run_cli(["solve", small, "--time-limit", "10", "--quiet"])
     assert quiet.exit_code == 0 and quiet.stderr == ""

@@ -62,9 +62,11 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     pv = build_model(instance, space, coefficients)
     if progress:
         proto = pv.model.Proto()
-        progress(f"CP-SAT model: {len(proto.variables)} variables, {len(proto.constraints)} constraints; "
-                 f"{len(space.shapes)} shard shapes, {len(space.intra_network)} intra / "
-                 f"{len(space.cross_network)} cross network options after dominance pruning")
+        progress(f"search space: {space.size():,} combinations of degrees, schedule, v, ZeRO stage, cross-building "
+                 f"dimension and network (before per-building placements and layer splits); CP-SAT model: "
+                 f"{len(proto.variables)} variables, {len(proto.constraints)} constraints; {len(space.shapes)} "
+                 f"shard shapes, {len(space.intra_network)} intra / {len(space.cross_network)} cross network "
+                 "options after dominance pruning")
     start_plans = production_plans(instance, space)
     # refinement stops early enough for its last simulations, the validator and the final estimate
     reserve_s = min(FINISH_RESERVE_MAX_S, FINISH_RESERVE_FRACTION * time_limit_s)

@@ -74,6 +74,12 @@ class DesignSpace:
     # one value: overlapping TP collectives with their GEMMs never costs more in the cost model
     tp_comm_overlap: bool = True
 
+    def size(self) -> int:
+        """Combinations of the option lists: shard shapes × pp × (schedule, v) × ZeRO × cross-building
+        dimension × intra × cross network settings (an upper bound: not every combination is valid)."""
+        return (len(self.shapes) * len(self.pp) * len(self.schedule_chunks()) * len(self.zero_stages)
+                * len(self.cross_building) * max(1, len(self.intra_network)) * max(1, len(self.cross_network)))
+
     def empty_reason(self, instance: Instance) -> str | None:
         """Why no plan can exist because some decision has no allowed option, or None."""
         search = instance.search

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec import CrossBuilding, Instance, TrafficClassConfig
+from ..spec import CrossBuilding, Instance, Plan, TrafficClassConfig
 from .result import SolveResult
 
 _WHY = {
@@ -31,6 +31,8 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"ZeRO-{plan.zero_stage} schedule={plan.schedule} dp_sync={plan.dp_sync.value}"
         + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else ""),
         f"placement       {where} ({shares})",
+        f"GPUs used       {_gpus_used(plan, instance)}",
+        *([f"busiest        {busiest}"] if (busiest := _busiest(report.details)) else []),
         f"layers/stage    {plan.placement.layers_per_stage}",
         f"network         intra-building: {_net(net.intra_building)}",
         *([f"                cross-building: {_net(net.cross_building)}"]
@@ -55,6 +57,24 @@ _STATUS = {
     "exhausted": "every plan examined",
     "interrupted": "interrupted (Ctrl-C): the best plan found so far",
 }
+
+
+def _gpus_used(plan: Plan, instance: Instance) -> str:
+    """GPUs the plan occupies in each building, of those the building has."""
+    assert plan.placement is not None
+    used: dict[str, int] = {}
+    for share in plan.placement.buildings:
+        used[share.building] = used.get(share.building, 0) + share.dp_replicas * share.pp_stages * plan.tp * plan.cp
+    return ", ".join(f"{b.name} {used.get(b.name, 0):,} of {b.num_gpus:,}" for b in instance.cluster.buildings)
+
+
+def _busiest(details: dict) -> str:
+    """The shared resource (a building's links or a GPU's NIC) with the most traffic per step, and its busy time."""
+    busy = details.get("resource_busy_s") or {}
+    if not busy:
+        return ""
+    name, seconds = max(busy.items(), key=lambda item: item[1])
+    return f"{name}: {seconds:.3f} s of traffic per step (all classes at full capacity)"
 
 
 def _count(n: int, noun: str) -> str:
