@@ -188,9 +188,11 @@ def _runner() -> CliRunner:
         return CliRunner()
 
 
-def _hits_unhashable_key_bug(content: bytes, suffix: str) -> bool:
-    """True when the file has an unhashable mapping key (known bug, test_known_bug_unhashable_key): such
-    examples are rejected (not counted) so the properties keep checking everything else."""
+def _hits_known_loader_bug(content: bytes, suffix: str) -> bool:
+    """True when parsing the file crashes the loader in a known way: an unhashable mapping key
+    (test_known_bug_unhashable_key) or an explicit YAML tag whose constructor raises ValueError, e.g.
+    ``!!int 1e3`` (test_known_bug_explicit_int_tag). Such examples are rejected (not counted) so the
+    properties keep checking everything else."""
     path = _TMP / f"probe{suffix}"
     path.write_bytes(content)
     try:
@@ -200,16 +202,35 @@ def _hits_unhashable_key_bug(content: bytes, suffix: str) -> bool:
             EXIT_CODES["skipped: unhashable key bug"] += 1
             return True
         raise
+    except ValueError:
+        if b"!!" in content:
+            EXIT_CODES["skipped: explicit tag bug"] += 1
+            return True
+        raise
     except Exception:
         return False
     return False
 
 
-def _check_validate(content: bytes, suffix: str, extra: list[str]) -> None:
+def _has_line_break_string(node: Any) -> bool:
+    """True when a key or string value of the document holds a character str.splitlines() breaks at."""
+    if isinstance(node, str):
+        return any(c in LINE_BREAKS for c in node)
+    if isinstance(node, dict):
+        return any(_has_line_break_string(k) or _has_line_break_string(v) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_has_line_break_string(v) for v in node)
+    return False
+
+
+def _check_validate(content: bytes, suffix: str, extra: list[str], tolerate_known_bugs: bool = True) -> None:
     path = _TMP / f"mutated{suffix}"
     path.write_bytes(content)
     result = _runner().invoke(main, ["validate", str(path), *extra], catch_exceptions=True)
     EXIT_CODES[str(result.exit_code)] += 1
+    if tolerate_known_bugs and result.exit_code == 4 and "is not resolved; load the instance" in result.stderr:
+        EXIT_CODES["known bug: non-string model name"] += 1  # test_known_bug_date_model_name
+        return
     exception = result.exception if not isinstance(result.exception, SystemExit) else None
     assert exception is None, f"validate raised {exception!r}\nstderr: {result.stderr}"
     assert result.exit_code in (0, 1), f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}"
@@ -218,6 +239,9 @@ def _check_validate(content: bytes, suffix: str, extra: list[str]) -> None:
         lines = result.stderr.splitlines()
         assert lines, "exit 1 without a message on stderr"
         bad = [line for line in lines if not line.startswith(f"{path}: ")]
+        if bad and tolerate_known_bugs and _has_line_break_string(read_document(path)):
+            EXIT_CODES["known bug: line break in a name splits a message"] += 1  # test_known_bug_line_break_*
+            return
         assert not bad, f"stderr lines not of the form 'FILE: field: message': {bad}"
     else:
         assert result.stderr == "", result.stderr
@@ -232,7 +256,7 @@ PLAN_NAMES = ["plan-bare.yaml", "plan-full.yaml"]
 def test_validate_mutated_instance(case: tuple[str, bytes, str]) -> None:
     """`validate` on a mutated instance file exits 0 or 1 with one `FILE: field: message` line per problem."""
     _, content, suffix = case
-    assume(not _hits_unhashable_key_bug(content, suffix))
+    assume(not _hits_known_loader_bug(content, suffix))
     EXAMPLES["instance"] += 1
     _check_validate(content, suffix, [])
 
@@ -242,7 +266,7 @@ def test_validate_mutated_instance(case: tuple[str, bytes, str]) -> None:
 def test_validate_mutated_plan(case: tuple[str, bytes, str], with_instance: bool) -> None:
     """`validate [--instance SMALL]` on a mutated plan file exits 0 or 1, every problem as `FILE: field: message`."""
     _, content, suffix = case
-    assume(not _hits_unhashable_key_bug(content, suffix))
+    assume(not _hits_known_loader_bug(content, suffix))
     EXAMPLES["plan"] += 1
     _check_validate(content, suffix, ["--instance", str(SMALL)] if with_instance else [])
 
@@ -268,7 +292,39 @@ def test_known_bug_unhashable_key() -> None:
 def test_known_bug_line_break_in_unknown_key() -> None:
     doc = dict(_SOURCES[SMALL.name][1])
     doc["a\nb"] = "x"
-    _check_validate(json.dumps(doc).encode(), ".json", [])
+    _check_validate(json.dumps(doc).encode(), ".json", [], tolerate_known_bugs=False)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: building names are joined raw into messages ('known: …', 'buildings are disconnected: …'), so a "
+    "name holding a line break splits the message over two stderr lines. Reproducer: the small instance with "
+    "cluster.buildings[0].name = \"\\r\" (links still naming bldg-a) -> `validate` prints a line "
+    "', bldg-b' not starting with 'FILE: ' (instance_checks.check_cluster)"))
+def test_known_bug_line_break_in_building_name() -> None:
+    doc = copy.deepcopy(_SOURCES[SMALL.name][1])
+    doc["cluster"]["buildings"][0]["name"] = "\r"
+    _check_validate(json.dumps(doc).encode(), ".json", [], tolerate_known_bugs=False)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: an explicit YAML tag whose value does not parse crashes the loader: a plan file "
+    "'tp: !!int 1e3\\npp: 1\\ndp: 64\\nmicro_batch_size: 2\\nschedule: 1f1b\\n' -> `scaleacross-opt validate FILE` "
+    "exits 4 ('internal error: ValueError: invalid literal for int() with base 10: 1e3'); io.read_document "
+    "catches yaml.YAMLError only, and PyYAML's int/timestamp constructors raise ValueError"))
+def test_known_bug_explicit_int_tag() -> None:
+    _check_validate(b"tp: !!int 1e3\npp: 1\ndp: 64\nmicro_batch_size: 2\nschedule: 1f1b\n", ".yaml", [])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: a job.model that YAML reads as a date (or bytes via !!binary) is not resolved as a model name "
+    "nor rejected: parse_spec turns it into the string '2001-12-14' (json.dumps default=str) and "
+    "check_instance then raises ValueError 'model ... is not resolved'. Reproducer: "
+    "'cluster:\\n  buildings: [{name: a, gpu: H100-SXM-80GB, num_gpus: 8}]\\njob: {model: 2001-12-14, "
+    "seq_len: 1024, global_batch_size: 8, precision: bf16}\\n' -> `scaleacross-opt validate FILE` exits 4"))
+def test_known_bug_date_model_name() -> None:
+    _check_validate(b"cluster:\n  buildings: [{name: a, gpu: H100-SXM-80GB, num_gpus: 8}]\n"
+                    b"job: {model: 2001-12-14, seq_len: 1024, global_batch_size: 8, precision: bf16}\n",
+                    ".yaml", [], tolerate_known_bugs=False)
 
 
 # ---------------------------------------------------------------------------------------------- reporting
