@@ -18,7 +18,9 @@ class InputIssue:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.field or '<root>'}: {self.message}"
+        """``FILE: field: message`` on one line (line breaks inside names are shown escaped)."""
+        text = f"{self.file}: {self.field or '<root>'}: {self.message}"
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class InputError(Exception):

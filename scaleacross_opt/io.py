@@ -6,6 +6,7 @@ loader collects all of them (schema errors first, semantic checks when the schem
 
 from __future__ import annotations
 
+import collections.abc
 import json
 import os
 import re
@@ -30,6 +31,7 @@ MODELS_DIR = (_PACKAGE_DIR / "models" if (_PACKAGE_DIR / "models").is_dir()
 _UNION_TAGS = {"str", "int", "float", "GpuSpec", "ModelSpec"}
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_MAX_MODEL_NAME = 200  # characters; a file name (with .yaml) must stay under the 255-byte limit
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
@@ -41,6 +43,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: set = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, collections.abc.Hashable):
+                raise yaml.constructor.ConstructorError(None, None, "found unhashable key", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
@@ -86,6 +90,8 @@ def read_document(path: Path) -> Any:
     except json.JSONDecodeError as err:
         raise InputError([InputIssue(str(path), "", f"not valid JSON: {err.msg} (line {err.lineno}, "
                                                     f"column {err.colno})")]) from None
+    except (ValueError, TypeError) as err:  # a value an explicit tag (!!int, !!timestamp, …) cannot construct
+        raise InputError([InputIssue(str(path), "", f"not valid YAML: {err}")]) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -151,13 +157,18 @@ def resolve_references(data: Any, file: str, base_dir: Path) -> tuple[Any, list[
     if not isinstance(data, dict):
         return data, issues
     job = data.get("job")
-    if isinstance(job, dict) and isinstance(job.get("model"), str):
+    if isinstance(job, dict) and "model" in job and not isinstance(job["model"], str | dict):
+        issues.append(InputIssue(file, "job.model", f"expected a model name or an inline model, got "
+                                                    f"{type(job['model']).__name__} {job['model']!r}"))
+    elif isinstance(job, dict) and isinstance(job.get("model"), str):
         name = job["model"]
-        found = None if not _MODEL_NAME.fullmatch(name) else next(
+        valid = _MODEL_NAME.fullmatch(name) is not None and len(name) <= _MAX_MODEL_NAME
+        found = None if not valid else next(
             (p for p in (d / f"{name}.yaml" for d in _model_dirs(base_dir)) if p.is_file()), None)
-        if not _MODEL_NAME.fullmatch(name):
-            issues.append(InputIssue(file, "job.model", f"model name {name!r} must be a file name in models/ "
-                                                        "(letters, digits, '.', '-', '_'; no path)"))
+        if not valid:
+            issues.append(InputIssue(file, "job.model", f"model name {name[:80]!r} must be a file name in models/ "
+                                                        f"(letters, digits, '.', '-', '_'; no path; at most "
+                                                        f"{_MAX_MODEL_NAME} characters)"))
         elif found is None:
             issues.append(InputIssue(file, "job.model", f"unknown model {name!r}: no {name}.yaml in models/; "
                                                         f"known: {', '.join(known_models(base_dir))}"))
