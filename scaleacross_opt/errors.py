@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Every character str.splitlines() breaks at, mapped to its escape (\n → "\\n", \u2028 → "\\u2028").
+_ESCAPE_LINE_BREAKS = {ord(c): c.encode("unicode_escape").decode() for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
 
 @dataclass(frozen=True)
 class InputIssue:
@@ -18,9 +21,8 @@ class InputIssue:
     message: str
 
     def __str__(self) -> str:
-        """``FILE: field: message`` on one line (line breaks inside names are shown escaped)."""
-        text = f"{self.file}: {self.field or '<root>'}: {self.message}"
-        return text.replace("\r", "\\r").replace("\n", "\\n")
+        """``FILE: field: message`` on one line (line-breaking characters inside names are shown escaped)."""
+        return f"{self.file}: {self.field or '<root>'}: {self.message}".translate(_ESCAPE_LINE_BREAKS)
 
 
 class InputError(Exception):

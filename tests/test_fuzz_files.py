@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaleacross_opt.cli import main
-from scaleacross_opt.io import load_instance, read_document
+from scaleacross_opt.io import load_instance
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.spec import Plan
 
@@ -67,11 +67,9 @@ GARBAGE_VALUES = st.one_of(
     st.lists(st.integers(-5, 5), max_size=3),
 )
 
-# Characters str.splitlines() breaks at. Unknown keys holding one break the one-line-per-problem output (known
-# bug, test_known_bug_line_break_in_unknown_key), so the generated unknown keys avoid them.
-LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-UNKNOWN_KEYS = st.one_of(st.sampled_from(["bogus", "Name", "num_gpu", "tp_degree", "", " ", "💥", "a b"]),
-                         st.text(max_size=12).filter(lambda key: not any(c in LINE_BREAKS for c in key)))
+# Unknown keys, line-breaking characters included (each problem must still print as one line).
+UNKNOWN_KEYS = st.one_of(st.sampled_from(["bogus", "Name", "num_gpu", "tp_degree", "", " ", "💥", "a b", "a\nb"]),
+                         st.text(max_size=12))
 
 RAW_VALUES = [
     "!!python/object:os.system {}", "!!python/object/apply:os.system ['echo pwned']", "!!python/name:os.system",
@@ -188,52 +186,11 @@ def _runner() -> CliRunner:
         return CliRunner()
 
 
-def _hits_known_loader_bug(content: bytes, suffix: str) -> bool:
-    """True when parsing the file crashes the loader in a known way: an unhashable mapping key
-    (test_known_bug_unhashable_key) or an explicit YAML tag whose constructor raises ValueError, e.g.
-    ``!!int 1e3`` (test_known_bug_explicit_int_tag). Such examples are rejected (not counted) so the
-    properties keep checking everything else."""
-    path = _TMP / f"probe{suffix}"
-    path.write_bytes(content)
-    try:
-        read_document(path)
-    except TypeError as err:
-        if "unhashable" in str(err):
-            EXIT_CODES["skipped: unhashable key bug"] += 1
-            return True
-        raise
-    except ValueError:
-        if b"!!" in content:
-            EXIT_CODES["skipped: explicit tag bug"] += 1
-            return True
-        raise
-    except Exception:
-        return False
-    return False
-
-
-def _has_line_break_string(node: Any) -> bool:
-    """True when a key or string value of the document holds a character str.splitlines() breaks at."""
-    if isinstance(node, str):
-        return any(c in LINE_BREAKS for c in node)
-    if isinstance(node, dict):
-        return any(_has_line_break_string(k) or _has_line_break_string(v) for k, v in node.items())
-    if isinstance(node, list):
-        return any(_has_line_break_string(v) for v in node)
-    return False
-
-
-def _check_validate(content: bytes, suffix: str, extra: list[str], tolerate_known_bugs: bool = True) -> None:
+def _check_validate(content: bytes, suffix: str, extra: list[str]) -> None:
     path = _TMP / f"mutated{suffix}"
     path.write_bytes(content)
     result = _runner().invoke(main, ["validate", str(path), *extra], catch_exceptions=True)
     EXIT_CODES[str(result.exit_code)] += 1
-    if tolerate_known_bugs and result.exit_code == 4 and "is not resolved; load the instance" in result.stderr:
-        EXIT_CODES["known bug: non-string model name"] += 1  # test_known_bug_date_model_name
-        return
-    if tolerate_known_bugs and result.exit_code == 4 and "File name too long" in result.stderr:
-        EXIT_CODES["known bug: model name too long"] += 1  # test_known_bug_long_model_name
-        return
     exception = result.exception if not isinstance(result.exception, SystemExit) else None
     assert exception is None, f"validate raised {exception!r}\nstderr: {result.stderr}"
     assert result.exit_code in (0, 1), f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}"
@@ -242,9 +199,6 @@ def _check_validate(content: bytes, suffix: str, extra: list[str], tolerate_know
         lines = result.stderr.splitlines()
         assert lines, "exit 1 without a message on stderr"
         bad = [line for line in lines if not line.startswith(f"{path}: ")]
-        if bad and tolerate_known_bugs and _has_line_break_string(read_document(path)):
-            EXIT_CODES["known bug: line break in a name splits a message"] += 1  # test_known_bug_line_break_*
-            return
         assert not bad, f"stderr lines not of the form 'FILE: field: message': {bad}"
     else:
         assert result.stderr == "", result.stderr
@@ -259,7 +213,6 @@ PLAN_NAMES = ["plan-bare.yaml", "plan-full.yaml"]
 def test_validate_mutated_instance(case: tuple[str, bytes, str]) -> None:
     """`validate` on a mutated instance file exits 0 or 1 with one `FILE: field: message` line per problem."""
     _, content, suffix = case
-    assume(not _hits_known_loader_bug(content, suffix))
     EXAMPLES["instance"] += 1
     _check_validate(content, suffix, [])
 
@@ -269,78 +222,45 @@ def test_validate_mutated_instance(case: tuple[str, bytes, str]) -> None:
 def test_validate_mutated_plan(case: tuple[str, bytes, str], with_instance: bool) -> None:
     """`validate [--instance SMALL]` on a mutated plan file exits 0 or 1, every problem as `FILE: field: message`."""
     _, content, suffix = case
-    assume(not _hits_known_loader_bug(content, suffix))
     EXAMPLES["plan"] += 1
     _check_validate(content, suffix, ["--instance", str(SMALL)] if with_instance else [])
 
 
-# ---------------------------------------------------------------------------------------------- known bugs
+# ------------------------------------------------------------------------------ bugs the fuzzing found (fixed)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a YAML mapping key that is a list (unhashable) crashes the loader: `validate` exits 4 with "
-    "'internal error: TypeError: unhashable type: list'. Reproducer: a file containing "
-    "'cluster:\\n  ? [a, b]\\n  : 1\\njob: {}\\n' -> `scaleacross-opt validate FILE` exits 4 "
-    "(io._UniqueKeyLoader.construct_mapping does `key in seen` on an unhashable key; PyYAML itself would "
-    "raise a ConstructorError 'found unhashable key')"))
-def test_known_bug_unhashable_key() -> None:
+def test_unhashable_yaml_key_is_an_input_error() -> None:
     _check_validate(b"cluster:\n  ? [a, b]\n  : 1\njob: {}\n", ".yaml", [])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: an unknown key containing a line break is printed raw, so one problem spans two stderr lines and "
-    "the second does not start with 'FILE: '. Reproducer: an instance JSON file with the extra top-level key "
-    "\"a\\nb\" (e.g. the small instance plus {\"a\\nb\": \"x\"}) -> `validate` prints 'FILE: a' and "
-    "'b: Extra inputs are not permitted' (io.field_path does not escape keys)"))
-def test_known_bug_line_break_in_unknown_key() -> None:
+def test_line_break_in_an_unknown_key_stays_one_line() -> None:
     doc = dict(_SOURCES[SMALL.name][1])
     doc["a\nb"] = "x"
-    _check_validate(json.dumps(doc).encode(), ".json", [], tolerate_known_bugs=False)
+    _check_validate(json.dumps(doc).encode(), ".json", [])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: building names are joined raw into messages ('known: …', 'buildings are disconnected: …'), so a "
-    "name holding a line break splits the message over two stderr lines. Reproducer: the small instance with "
-    "cluster.buildings[0].name = \"\\r\" (links still naming bldg-a) -> `validate` prints a line "
-    "', bldg-b' not starting with 'FILE: ' (instance_checks.check_cluster)"))
-def test_known_bug_line_break_in_building_name() -> None:
+def test_line_break_in_a_building_name_stays_one_line() -> None:
     doc = copy.deepcopy(_SOURCES[SMALL.name][1])
     doc["cluster"]["buildings"][0]["name"] = "\r"
-    _check_validate(json.dumps(doc).encode(), ".json", [], tolerate_known_bugs=False)
+    _check_validate(json.dumps(doc).encode(), ".json", [])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: an explicit YAML tag whose value does not parse crashes the loader: a plan file "
-    "'tp: !!int 1e3\\npp: 1\\ndp: 64\\nmicro_batch_size: 2\\nschedule: 1f1b\\n' -> `scaleacross-opt validate FILE` "
-    "exits 4 ('internal error: ValueError: invalid literal for int() with base 10: 1e3'); io.read_document "
-    "catches yaml.YAMLError only, and PyYAML's int/timestamp constructors raise ValueError"))
-def test_known_bug_explicit_int_tag() -> None:
+def test_explicit_tag_that_cannot_construct_is_an_input_error() -> None:
     _check_validate(b"tp: !!int 1e3\npp: 1\ndp: 64\nmicro_batch_size: 2\nschedule: 1f1b\n", ".yaml", [])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a job.model that YAML reads as a date (or bytes via !!binary) is not resolved as a model name "
-    "nor rejected: parse_spec turns it into the string '2001-12-14' (json.dumps default=str) and "
-    "check_instance then raises ValueError 'model ... is not resolved'. Reproducer: "
-    "'cluster:\\n  buildings: [{name: a, gpu: H100-SXM-80GB, num_gpus: 8}]\\njob: {model: 2001-12-14, "
-    "seq_len: 1024, global_batch_size: 8, precision: bf16}\\n' -> `scaleacross-opt validate FILE` exits 4"))
-def test_known_bug_date_model_name() -> None:
+def test_date_as_model_name_is_an_input_error() -> None:
     _check_validate(b"cluster:\n  buildings: [{name: a, gpu: H100-SXM-80GB, num_gpus: 8}]\n"
                     b"job: {model: 2001-12-14, seq_len: 1024, global_batch_size: 8, precision: bf16}\n",
-                    ".yaml", [], tolerate_known_bugs=False)
+                    ".yaml", [])
 
 
 LONG_MODEL = (b"cluster:\n  buildings: [{name: a, gpu: H100-SXM-80GB, num_gpus: 8}]\n"
               b"job: {model: " + b"a" * 300 + b", seq_len: 1024, global_batch_size: 8, precision: bf16}\n")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: a model name longer than the file-name limit (255 bytes) crashes the loader: an instance with "
-    "job.model = 'a' * 300 -> `scaleacross-opt validate FILE` exits 4 ('internal error: OSError: [Errno 36] "
-    "File name too long: .../models/aaa….yaml'); io.resolve_references calls Path.is_file(), which "
-    "re-raises ENAMETOOLONG (found by HYPOTHESIS_PROFILE=thorough)"))
-def test_known_bug_long_model_name() -> None:
-    _check_validate(LONG_MODEL, ".yaml", [], tolerate_known_bugs=False)
+def test_over_long_model_name_is_an_input_error() -> None:
+    _check_validate(LONG_MODEL, ".yaml", [])
 
 
 # ---------------------------------------------------------------------------------------------- reporting
