@@ -135,7 +135,7 @@ def test_upper_bound_message_says_why(run_cli, tmp_path: Path) -> None:
 def test_lower_bound_message_names_the_value(run_cli, tmp_path: Path) -> None:
     bad = write(tmp_path, instance_with("cluster.links.0.latency_us", 0, None))
     message = error_lines(run_cli(["validate", bad]).stderr, bad)["cluster.links[0].latency_us"]
-    assert message == "0 must be greater than 0"  # not "Input should be greater than 0.0"
+    assert message == "0 is below the minimum 0.001"  # not "Input should be greater than or equal to 0.001"
 
 
 def test_huge_batch_on_16_gpus_is_rejected(run_cli, tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ MAX_SEQUENCES_PER_GPU = 1 << 12
 # --- cluster ---------------------------------------------------------------------------------------
 MAX_GPUS_PER_NODE = 1 << 10  # 1,024: a whole NVL576-class rack as one "node" fits with room to spare
 MAX_FABRIC_OVERSUBSCRIPTION = 1024.0  # 1:1024: beyond any deployed Clos taper (1:1 .. 1:16 in practice)
+# Lower bounds of rates and latencies: far below any real network, far above floating-point underflow (a
+# subnormal latency or bandwidth turned into seconds underflows to 0 and divides by zero).
+MIN_BANDWIDTH_GBPS = 1e-3  # 1 Mb/s
+MIN_LATENCY_US = 1e-3  # 1 ns
 MAX_BANDWIDTH_GBPS = 1e9  # 1 Eb/s per direction: ~1,000× a 2.5M-GPU building's aggregate at 400 Gb/s each
 MAX_LATENCY_US = 1e8  # 100 s one-way: ~1,000× the Earth–Moon round trip; real WAN latency is < 300 ms
 

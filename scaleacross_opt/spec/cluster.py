@@ -30,7 +30,7 @@ class Building(StrictModel):
         description="Oversubscription of the building's scale-out fabric (1 = 1:1 Clos; ≤ 1024).",
     )
     fabric_latency_us: float | None = Field(
-        default=None, gt=0, le=B.MAX_LATENCY_US,
+        default=None, ge=B.MIN_LATENCY_US, le=B.MAX_LATENCY_US,
         description="One-way latency across the building fabric, µs (≤ 1e8 = 100 s); default from the catalog.",
     )
 
@@ -50,10 +50,12 @@ class Link(StrictModel):
     a: str = Field(min_length=1, description="Name of one end's building.")
     b: str = Field(min_length=1, description="Name of the other end's building.")
     bandwidth_gbps: float = Field(
-        gt=0, le=B.MAX_BANDWIDTH_GBPS, description="Aggregate bandwidth per direction, Gb/s (≤ 1e9 = 1 Eb/s)."
+        ge=B.MIN_BANDWIDTH_GBPS, le=B.MAX_BANDWIDTH_GBPS,
+        description="Aggregate bandwidth per direction, Gb/s (1e-3 … 1e9 = 1 Mb/s … 1 Eb/s)."
     )
     latency_us: float = Field(
-        gt=0, le=B.MAX_LATENCY_US, description="One-way propagation + switching latency, µs (≤ 1e8 = 100 s)."
+        ge=B.MIN_LATENCY_US, le=B.MAX_LATENCY_US,
+        description="One-way propagation + switching latency, µs (1e-3 … 1e8 = 1 ns … 100 s)."
     )
     loss_rate: float = Field(default=0.0, ge=0.0, lt=1.0, description="Packet loss probability in [0, 1).")
 
