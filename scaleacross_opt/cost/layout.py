@@ -198,10 +198,6 @@ class ResolvedPlan:
                 out[s][name] = out[s].get(name, 0) + replicas
         return tuple(out)
 
-    def building_of_first_stage(self, stage: int) -> Building:
-        """The first building (placement order) holding ``stage``."""
-        return self.buildings[next(iter(self.stage_replicas[stage]))]
-
     def dp_span(self, stage: int) -> GroupSpan:
         """The DP group of ``stage`` (dp·cp ranks of one TP rank) over the buildings holding that stage."""
         cp = self.plan.cp

@@ -246,6 +246,7 @@ class _DpCollectives:
     route_bytes_per_s: float  # 0 when the groups stay inside one building
 
 
+@functools.lru_cache(maxsize=4096)  # called per chunk, per layer kind (ZeRO-3) and per stage (resource_busy)
 def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
     """Levels of ``stage``'s DP groups. Across buildings every stage's tp groups sync at once (its own
     DP stream; other stages share the route in the simulator), so tp groups share the route here."""
