@@ -329,7 +329,8 @@ def _without_wall(value: Any) -> Any:
 # Search-trace statistics that differ between two runs with the same seed (known issue, see
 # test_solve_json_is_byte_identical): the number of candidates simulated, the history of rounds and the
 # smallest bound/simulation ratio seen.
-SEARCH_TRACE_FIELDS = ("candidates_simulated", "history", "bound_ratio_min")
+# Search-trace statistics that depend on CP-SAT's multi-worker timing (see the xfail below)
+SEARCH_TRACE_FIELDS = ("candidates_simulated", "rounds", "history", "bound_ratio_min")
 
 
 @pytest.fixture(scope="module")
@@ -371,7 +372,8 @@ def test_solve_is_deterministic(small_solved_twice: list[dict[str, Any]]) -> Non
 
 @pytest.mark.xfail(strict=False, reason=(
     "issue: `solve --json --seed 0 --time-limit 10` on instances/small-two-buildings-llama3-8b.yaml twice gives "
-    "the same plan and step time but different solver.candidates_simulated (e.g. 20 vs 18), solver.history "
+    "the same plan and step time but different solver.candidates_simulated (e.g. 20 vs 18), solver.rounds "
+    "(13 vs 12 under load), solver.history "
     "(a round missing) and solver.bound_ratio_min (0.9490 vs 0.9945): the refinement trace is not "
     "deterministic for a fixed seed (status optimal both times), so the full JSON is not byte-identical"))
 def test_solve_json_is_byte_identical(small_solved_twice: list[dict[str, Any]]) -> None:
