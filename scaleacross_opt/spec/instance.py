@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from pydantic import Field
 
+from ..errors import InputError
 from . import bounds as B
 from .base import StrictModel
 from .cluster import Cluster
@@ -69,3 +71,19 @@ class Instance(StrictModel):
     def num_gpus(self) -> int:
         """GPUs the job uses."""
         return self.job.num_gpus or self.cluster.total_gpus
+
+    def with_updates(self, updates: Mapping[str, Any], *, source: str = "<updates>") -> Instance:
+        """A new instance with each dotted path of ``updates`` set to its value, validated like a file.
+
+        Paths name fields as an instance file does (``cluster.links[0].bandwidth_gbps``); ``[*]`` sets every
+        element of a list (``cluster.links[*].latency_us``). Model and GPU names resolve as in a file (the
+        shipped models, the GPU catalog). Raises ``InputError`` with ``source: path: reason`` for each problem.
+        """
+        from ..capacity.paths import apply_updates
+        from ..io import MODELS_DIR, check_loaded_instance, parse_spec, resolve_references
+
+        data = apply_updates(self.model_dump(mode="json"), updates, source)
+        data, issues = resolve_references(data, source, MODELS_DIR)
+        if issues:
+            raise InputError(issues)
+        return check_loaded_instance(parse_spec(Instance, data, source), source)
