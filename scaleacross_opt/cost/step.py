@@ -586,7 +586,7 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
                for a, b in itertools.pairwise(where))
     in_flight = schedule.in_flight_microbatches(pp, v, m)
     little = m * (float(per_stage.sum()) + hops) / max(in_flight, 1.0)  # Little's law at stage 0
-    total = max(base + hops, little, _link_bound_s(workload, group), _boundary_chain_s(workload, group))
+    total = max(base + hops, little, _link_bound_s(workload, group), _round_trip_s(workload, group))
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
 
 
@@ -615,43 +615,108 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     return best
 
 
+@dataclass(frozen=True, eq=False)
+class _Stream:
+    """One stage's op order: the kind and chunk of its i-th op, and ``index[kind, chunk, mb]`` = i (−1
+    when the op does not exist, e.g. W of a schedule that does not split the backward)."""
+
+    kind: np.ndarray
+    chunk: np.ndarray
+    index: np.ndarray
+
+
 @functools.lru_cache(maxsize=256)
-def forwards_before_first_backward(schedule_name: str, pp: int, v: int, m: int,
-                                   times: tuple[int, int, int]) -> dict[tuple[int, int], int]:
-    """(stage, chunk) → forward ops of that chunk its stage runs before the chunk's first backward, in the
-    op order for relative op durations ``times``."""
-    out: dict[tuple[int, int], int] = {}
+def stage_streams(schedule_name: str, pp: int, v: int, m: int, times: tuple[int, int, int]) -> tuple[_Stream, ...]:
+    """Op order of every stage for relative op durations ``times`` (``timed_stage_ops``), indexed. Every
+    registered schedule runs a chunk's forwards (and its backwards) in micro-batch order; ValueError if not."""
+    out = []
     for stage, ops in enumerate(get_schedule(schedule_name).timed_stage_ops(pp, v, m, times)):
-        seen = [0] * v
-        for op in ops:
-            if op.kind is OpKind.F:
-                seen[op.chunk] += 1
-            elif op.kind is OpKind.B and (stage, op.chunk) not in out:
-                out[(stage, op.chunk)] = seen[op.chunk]
-    return out
+        kind = np.array([int(op.kind) for op in ops], dtype=np.int64)
+        chunk = np.array([op.chunk for op in ops], dtype=np.int64)
+        index = np.full((3, v, m), -1, dtype=np.int64)
+        index[kind, chunk, [op.microbatch for op in ops]] = np.arange(len(ops))
+        if np.any(np.diff(index[:2], axis=2) <= 0):
+            raise ValueError(f"{schedule_name}: stage {stage} runs a chunk's micro-batches out of order")
+        out.append(_Stream(kind, chunk, index))
+    return tuple(out)
 
 
-def _boundary_chain_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """A cross-building boundary between model positions k → k+1 serialises its transfers. The chunk at
-    k+1 runs its first backward only after n_F of its forwards arrived (its schedule's warm-up), each
-    crossing after the previous one; then all m gradients cross back one after another, and the last one
-    still passes positions ≤ k: T ≥ Σ_{≤k} F + n_F·x_f + α + B(k+1) + m·x_b + α + Σ_{≤k} B (x: one
-    transfer alone; n_F the least over the op orders the simulator may run)."""
-    m, size = workload.num_microbatches, workload.p2p_bytes
+def _round_trip_s(workload: StepWorkload, group: PipelineGroup) -> float:
+    """The slowest cross-building boundary's round trips (``_boundary_round_trips_s``) in the op order the
+    simulator finds fastest: the least over the candidate orders."""
+    return min(_boundary_round_trips_s(workload, group, times) for times in workload.candidate_op_times())
+
+
+def _boundary_round_trips_s(workload: StepWorkload, group: PipelineGroup, times: tuple[int, int, int]) -> float:
+    """Lower bound on the pipeline makespan from the transfers of each cross-building boundary k → k+1 and
+    the op orders of its two stages a (position k) and b (position k+1).
+
+    A boundary's forward and backward transfers are coupled through those orders: stage a sends F(j) only
+    after the last backward its order puts before F_a(j) — B_a(h_j), which needs gradient h_j back across
+    the boundary — and stage b sends gradient i only after the last forward its order puts before B_b(i),
+    F_b(l_i), which needs activation l_i across. So only the micro-batches a stage's order admits between
+    its forward and its backward are in flight over the boundary (1F1B at the boundary's upstream stage a:
+    l_i − h_j ≈ pp − a), and when one transfer x takes longer than the ops, each round trip x_f + x_b + ops
+    carries that few micro-batches (Little's law over the boundary) instead of the link streaming one per
+    x. With S_a, S_b the prefix sums of the stages' op durations in stream order and each path serving its
+    transfers first come, first served (the simulator's one NCCL communicator per peer):
+
+    A_j (forward j arrives at b) = max(A_{j−1}, max(reach_a + S_a[F_a(0) … F_a(j)],
+                                       D_{h_j} + S_a[B_a(h_j) … F_a(j)]) + α_f) + x_f
+    D_i (gradient i arrives at a) = max(D_{i−1}, max(A_i + round trip beyond k,
+                                       A_{l_i} + S_b[F_b(l_i) … B_b(i)]) + α_b) + x_b
+    T ≥ max_i D_i + S_a[B_a(i) … end], and T ≥ D_{m−1} + backward of positions ≤ k,
+
+    (reach_a: forward of positions < k with their transfers; each transfer alone; other classes and other
+    boundaries on the same path ignored, so T is a relaxation of the simulator's timeline, not above it).
+    """
+    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
+    schedule = get_schedule(workload.schedule)
+    streams = stage_streams(workload.schedule, pp, v, m, times)
     at = _positions(workload, group)
-    f_upto, b_upto = np.cumsum(at.fwd_s), np.cumsum(at.bwd_s)
-    warmups = [forwards_before_first_backward(workload.schedule, workload.pp, workload.virtual_stages, m, t)
-               for t in workload.candidate_op_times()]
+    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
+    table = np.stack([group.fwd_s, bwd, group.bwd_weight_s])  # (kind, stage, chunk)
+    where = at.buildings
+    hop_f = np.array([workload.link(a, b).transfer_s(size) for a, b in itertools.pairwise(where)] + [0.0])
+    hop_b = np.array([workload.link(b, a).transfer_s(size) for a, b in itertools.pairwise(where)] + [0.0])
+    reach = np.cumsum(at.fwd_s + hop_f) - at.fwd_s - hop_f  # start of position k's first forward, at least
+    back = np.cumsum(at.bwd_s + hop_b) - hop_b  # backward from position k down to 0 (one micro-batch)
+    trip = (at.fwd_s + at.bwd_s + hop_f + hop_b)[::-1].cumsum()[::-1]  # position k onwards and back to k
     best = 0.0
-    for k in range(len(at.chunks) - 1):
-        src, dst = at.buildings[k], at.buildings[k + 1]
-        if src == dst:
+    for k in range(len(where) - 1):
+        if where[k] == where[k + 1]:
             continue
-        ahead, behind = workload.link(src, dst), workload.link(dst, src)
-        warmup = min(w.get(at.chunks[k + 1], 0) for w in warmups)
-        chain = (f_upto[k] + warmup * size / ahead.bandwidth_bytes_per_s + ahead.latency_s + at.bwd_s[k + 1]
-                 + m * size / behind.bandwidth_bytes_per_s + behind.latency_s + b_upto[k])
-        best = max(best, float(chain))
+        (sa, ca), (sb, cb) = at.chunks[k], at.chunks[k + 1]
+        ahead, behind = workload.link(where[k], where[k + 1]), workload.link(where[k + 1], where[k])
+        x_f, x_b = size / ahead.bandwidth_bytes_per_s, size / behind.bandwidth_bytes_per_s
+        a, b = streams[sa], streams[sb]
+        s_a = np.concatenate([[0.0], np.cumsum(table[a.kind, sa, a.chunk])]).tolist()
+        s_b = np.concatenate([[0.0], np.cumsum(table[b.kind, sb, b.chunk])]).tolist()
+        f_a, b_a = a.index[OpKind.F, ca], a.index[OpKind.B, ca]
+        f_b, b_b = b.index[OpKind.F, cb], b.index[OpKind.B, cb]
+        h = (np.searchsorted(b_a, f_a) - 1).tolist()
+        low = (np.searchsorted(f_b, b_b) - 1).tolist()
+        f_a, b_a, f_b, b_b = f_a.tolist(), b_a.tolist(), f_b.tolist(), b_b.tolist()
+        beyond = float(trip[k + 1])  # from arriving at k+1 until its backward leaves k+1
+        start = float(reach[k]) - s_a[f_a[0]]
+        arrive_f, arrive_b = [0.0] * m, [0.0] * m
+        j = i = 0
+        while j < m or i < m:
+            moved = False
+            while j < m and h[j] < i:
+                send = start + s_a[f_a[j] + 1]
+                if h[j] >= 0:
+                    send = max(send, arrive_b[h[j]] + s_a[f_a[j] + 1] - s_a[b_a[h[j]]])
+                arrive_f[j] = max(arrive_f[j - 1] - ahead.latency_s if j else 0.0, send) + x_f + ahead.latency_s
+                j, moved = j + 1, True
+            while i < m and max(low[i], i) < j:
+                send = max(arrive_f[i] + beyond, arrive_f[low[i]] + s_b[b_b[i] + 1] - s_b[f_b[low[i]]])
+                arrive_b[i] = max(arrive_b[i - 1] - behind.latency_s if i else 0.0, send) + x_b + behind.latency_s
+                i, moved = i + 1, True
+            if not moved:
+                raise ValueError(f"{workload.schedule}: op orders of stages {sa} and {sb} deadlock")
+        rest = s_a[-1] - np.array(s_a)[b_a]
+        best = max(best, float(np.max(np.array(arrive_b) + rest)), arrive_b[-1] + float(back[k]))
     return best
 
 
@@ -729,10 +794,12 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     base = m·max_s T_s + β·m·(Σ_s T_s − max_s T_s)/(pp − 1) (exact for 1F1B/GPipe/interleaved on uniform
     stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base + H, Little's-law bound
     m·(Σ_s T_s + H)/in_flight (a micro-batch holds one of in_flight slots of stage 0 for a whole round
-    trip), each cross-building path's serialised transfers (``_link_bound_s``), the slow-boundary chain),
-    where H is one forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
-    Ignored (left to the simulator): queueing of transfers, overlap of the p2p transfers with compute
-    beyond the fill/drain traversal, DP syncs of different stages sharing a route, stragglers. The
+    trip), each cross-building path's serialised transfers (``_link_bound_s``), each cross-building
+    boundary's round trips through its two stages' op orders (``_boundary_round_trips_s``)), where H is one
+    forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
+    Ignored (left to the simulator): transfers of different boundaries queueing on one path, overlap of
+    the p2p transfers with compute beyond what those bounds see, DP syncs of different stages sharing a
+    route, stragglers. The
     breakdown's exposed TP/CP/EP are those of the slowest stage.
     """
     best: tuple[float, dict[str, float]] | None = None
