@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 from ..cost.report import StepReport
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
-from .cpsat.extract import Values, add_nogood, extract_plan, identity_vars, plan_assignment
+from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
 from .cpsat.variables import PlanVars
 from .result import SolveStats
 
@@ -41,19 +41,6 @@ class Candidate:
     plan: Plan
     bound_s: float
     report: StepReport
-
-
-class _Snapshot:
-    """A stored assignment, readable like a solver."""
-
-    def __init__(self, values: dict[int, int]):
-        self._values = values
-
-    def Value(self, var: cp_model.IntVar) -> int:
-        return self._values[var.Index()]
-
-    def BooleanValue(self, lit: cp_model.IntVar) -> bool:
-        return bool(self._values[lit.Index()])
 
 
 INTERRUPT_SLACK_S = 0.5  # a round ending this much before its limit without a proof was interrupted
@@ -154,7 +141,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
             assignment = plan_assignment(pv, start_plan)
             if assignment is None:
                 continue
-            plan = extract_plan(pv, Values(_Snapshot(assignment)))
+            plan = plan_of(pv, assignment)
             bound_us = plan_bound_us(pv, assignment, seed, deadline)
             if bound_us is None or validate_plan(plan, pv.instance):
                 continue
@@ -240,7 +227,7 @@ def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], star
             found = _best_distinct(recorder.found, top_k)
             # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
             # is its canonical assignment's, and every assignment of an examined plan is cut off.
-            plans = [extract_plan(pv, Values(_Snapshot(assignment))) for assignment in found]
+            plans = [plan_of(pv, assignment) for assignment in found]
             canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
             # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
             bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US if time.perf_counter() < deadline else 0.0

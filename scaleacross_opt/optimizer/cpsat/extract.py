@@ -13,7 +13,7 @@ from .variables import OneHot, PlanVars
 class Values:
     """Read access to one solution, from a solver or from a solution callback."""
 
-    def __init__(self, source: cp_model.CpSolver | cp_model.CpSolverSolutionCallback):
+    def __init__(self, source: cp_model.CpSolver | cp_model.CpSolverSolutionCallback | _Assignment):
         self._source = source
 
     def int(self, var: cp_model.IntVar) -> int:
@@ -27,6 +27,24 @@ class Values:
     def chosen(self, choice: OneHot):
         """Chosen value of a one-hot."""
         return next(v for v, lit in zip(choice.values, choice.lits, strict=True) if self._source.BooleanValue(lit))
+
+
+class _Assignment:
+    """A stored assignment {variable index: value}, readable like a solver."""
+
+    def __init__(self, values: dict[int, int]):
+        self._values = values
+
+    def Value(self, var: cp_model.IntVar) -> int:
+        return self._values[var.Index()]
+
+    def BooleanValue(self, lit: cp_model.IntVar) -> bool:
+        return bool(self._values[lit.Index()])
+
+
+def plan_of(pv: PlanVars, assignment: dict[int, int]) -> Plan:
+    """The plan an assignment of the identity variables describes."""
+    return extract_plan(pv, Values(_Assignment(assignment)))
 
 
 def extract_plan(pv: PlanVars, values: Values) -> Plan:
@@ -147,25 +165,19 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     layers = plan.placement.layers_per_stage
     head_stage = get_schedule(plan.schedule).head_stage(plan.pp, plan.virtual_stages)
     shares = {s.building: s for s in plan.placement.buildings}
-    stage = 0
     order = [s.building for s in plan.placement.buildings]
-    first_stage = {}
-    for name in order:
-        first_stage[name] = stage if plan.placement.cross_building is CrossBuilding.PP else 0
-        stage += shares[name].pp_stages if plan.placement.cross_building is CrossBuilding.PP else 0
+    pp_across = plan.placement.cross_building is CrossBuilding.PP
+    stage_counts = [shares[name].pp_stages for name in order] if pp_across else [plan.pp]
+    counts = untrimmed_layers(layers, stage_counts, head_stage)
+    if counts is None:
+        return None
+    max_layers = dict(zip(order, counts, strict=True)) if pp_across else dict.fromkeys(order, counts[0])
     for b, name in enumerate(pv.buildings):
         share = shares.get(name)
-        if share is None:
-            replicas = stages = ell = 0
-        else:
-            replicas, stages = share.dp_replicas, share.pp_stages
-            own = range(first_stage[name], first_stage[name] + stages)
-            if plan.placement.cross_building is CrossBuilding.PP_DP:
-                own = range(plan.pp)  # one even split for every group
-            ell = max(layers[i] for i in own)  # trimming may leave the head stage the largest
+        replicas, stages = (share.dp_replicas, share.pp_stages) if share is not None else (0, 0)
         values[pv.replicas[b].Index()] = replicas
         values[pv.stages[b].Index()] = stages
-        values[pv.layers[b].Index()] = ell
+        values[pv.layers[b].Index()] = max_layers.get(name, 0)
     values[pv.head_layers.Index()] = layers[head_stage]
     in_cluster_order = sorted(plan.placement.buildings, key=lambda share: pv.buildings.index(share.building))
     if [s.building for s in in_cluster_order] != order and plan.placement.cross_building is CrossBuilding.PP_DP:
@@ -177,3 +189,23 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         for g, lit in enumerate(pv.member[b]):
             values[lit.Index()] = int(g == group)
     return values
+
+
+def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int) -> list[int] | None:
+    """The per-run layer counts ℓ that ``materialize_layers`` trims into ``layers`` (the inverse of its
+    single trimming pass): runs of ``stage_counts`` consecutive stages share one ℓ, the head stage is
+    apart, and the pass takes one layer from each of the first e other stages. Returns the ℓ of the
+    smallest e that explains ``layers`` (None if none does)."""
+    others = [i for i in range(len(layers)) if i != head_stage]
+    run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
+    for excess in range(max(1, len(others))):
+        untrimmed = list(layers)
+        for i in others[:excess]:
+            untrimmed[i] += 1
+        per_run: dict[int, set[int]] = {}
+        for i in others:
+            per_run.setdefault(run_of[i], set()).add(untrimmed[i])
+        if all(len(values) == 1 for values in per_run.values()):
+            # a run holding only the head stage takes the head's count (it has no regular stage to trim)
+            return [per_run[r].pop() if r in per_run else layers[head_stage] for r in range(len(stage_counts))]
+    return None
