@@ -9,19 +9,29 @@ Python API::
 
 __version__ = "0.1.0"
 
+import importlib
 from typing import Any
 
 from .errors import InfeasibleError, InputError, NoPlanInTimeError
 from .io import load_instance, load_plan
 
+# Imported on first use (the optimizer loads OR-Tools, which the CLI's other commands do not need); the
+# attribute is the function itself, so ``help(scaleacross_opt.solve)`` shows its real signature.
+_LAZY = {
+    "solve": "scaleacross_opt.optimizer",
+    "compare": "scaleacross_opt.compare",
+    "simulate": "scaleacross_opt.simulator",
+    "sweep": "scaleacross_opt.capacity.run",
+    "requirement": "scaleacross_opt.capacity.requirement",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """``solve`` is imported on first use (the optimizer loads OR-Tools, which the CLI's other commands
-    do not need); ``help(scaleacross_opt.solve)`` shows ``scaleacross_opt.optimizer.solve`` itself."""
-    if name == "solve":
-        from .optimizer import solve
-
-        return solve
+    """The functions of ``_LAZY``, imported from their modules on first use."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["InfeasibleError", "InputError", "NoPlanInTimeError", "__version__", "load_instance", "load_plan", "solve"]
+
+__all__ = ["InfeasibleError", "InputError", "NoPlanInTimeError", "__version__", "compare", "load_instance", "load_plan",
+           "requirement", "simulate", "solve", "sweep"]

@@ -425,3 +425,9 @@ def compare(instance_path: Path) -> None:
     """Compare the planner with heuristic baselines (not implemented yet)."""
     _fail(["compare is not available yet: comparing the planner with heuristic and search baselines is planned; "
            "meanwhile `solve` prints how far its plan is from the production heuristic's start plans"], EXIT_USAGE)
+
+
+from .capacity.commands import requirement, sweep  # noqa: E402  (they import this module's helpers)
+
+main.add_command(sweep)
+main.add_command(requirement)

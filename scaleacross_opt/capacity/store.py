@@ -34,6 +34,7 @@ class MethodResult(BaseModel):
     wall_s: float | None = None
     simulator_calls: int | None = None
     status: str | None = None  # the solver's status (optimal, time_limit, …) where the method reports one
+    reason: str | None = None  # why a compared method has no plan
     plan: dict[str, Any] | None = None
 
     @property

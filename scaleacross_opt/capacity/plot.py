@@ -1,0 +1,111 @@
+"""PNG figures (matplotlib, Agg): a sweep's metrics against each varied parameter, a requirement's curve."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from .store import SweepRecord
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .requirement import Requirement
+
+LABELS = {"step_time_s": "step time (s)", "mfu": "MFU", "speedup_vs_production_pct": "speedup vs production (%)"}
+MARKERS = {"none": "o", "pp": "s", "dp": "^", "pp+dp": "D"}  # the cross-building dimension of the chosen plan
+
+
+def _figure(rows: int, cols: int) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(4.2 * cols + 1.0, 2.8 * rows + 0.6), layout="constrained")
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _short(path: str) -> str:
+    return path.replace("cluster.", "").replace("job.", "")
+
+
+def sweep_png(records: list[SweepRecord]) -> bytes:
+    """Step time, MFU (and speedup vs production when compared) against each varied parameter: one line per
+    method (and per combination of the other parameters), each point marked by the plan's cross-building
+    dimension. Points without a plan are left out."""
+    paths = list(records[0].params) if records else []
+    ok = [r for r in records if r.status == "ok"]
+    metrics = [m for m in LABELS if any(getattr(res, m) is not None for r in ok for res in r.results)]
+    fig = _figure(max(1, len(metrics)), max(1, len(paths)))
+    axes = fig.subplots(max(1, len(metrics)), max(1, len(paths)), squeeze=False)
+    dims_seen: set[str] = set()
+    for col, path in enumerate(paths):
+        values = list(dict.fromkeys(r.params[path] for r in records))
+        numeric = _numeric(values)
+        position = {v: (v if numeric else i) for i, v in enumerate(values)}
+        lines: dict[str, list[tuple[Any, Any]]] = defaultdict(list)  # label -> [(x, method result)]
+        for record in ok:
+            others = ", ".join(f"{_short(p)}={v}" for p, v in record.params.items() if p != path)
+            for result in record.results:
+                label = result.method + (f" ({others})" if others else "")
+                lines[label].append((position[record.params[path]], result))
+        for row, metric in enumerate(metrics):
+            ax = axes[row][col]
+            for label, points in lines.items():
+                points = sorted((x, res) for x, res in points if getattr(res, metric) is not None)
+                if not points:
+                    continue
+                xs = [x for x, _ in points]
+                ys = [getattr(res, metric) for _, res in points]
+                (line,) = ax.plot(xs, ys, label=label, linewidth=1.2)
+                for x, y, (_, res) in zip(xs, ys, points, strict=True):
+                    dim = res.cross_building or "none"
+                    dims_seen.add(dim)
+                    ax.plot([x], [y], linestyle="none", marker=MARKERS.get(dim, "x"), color=line.get_color(),
+                            markersize=6)
+            if numeric and values and min(values) > 0 and max(values) / min(values) >= 8:
+                ax.set_xscale("log")
+            if not numeric:
+                ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=20)
+            ax.set_xlabel(_short(path))
+            ax.set_ylabel(LABELS[metric])
+            ax.grid(True, alpha=0.3)
+        if metrics and lines:
+            axes[0][col].legend(fontsize="x-small")
+    if metrics and paths:
+        from matplotlib.lines import Line2D
+
+        dims = sorted(dims_seen)
+        handles = [Line2D([], [], linestyle="none", marker=MARKERS.get(d, "x"), color="black") for d in dims]
+        labels = [f"{d} across buildings" if d != "none" else "one building" for d in dims]
+        fig.legend(handles, labels, loc="outside lower center", ncols=max(1, len(labels)), fontsize="small",
+                   title="chosen plan", title_fontsize="small")
+    else:
+        fig.text(0.5, 0.5, "no point has a plan", ha="center", va="center")
+    return _png(fig)
+
+
+def requirement_png(req: Requirement) -> bytes:
+    """The measured step time against the field's value, the target line and the answer."""
+    fig = _figure(1, 1)
+    ax = fig.subplots()
+    curve = sorted(req.curve, key=lambda p: p.value)
+    ax.plot([p.value for p in curve], [p.step_time_s for p in curve], marker="o", label="best plan (measured)")
+    ax.axhline(req.ideal_step_time_s, color="gray", linestyle=":", label="ideal links")
+    ax.axhline(req.target_step_time_s, color="tab:red", linestyle="--", label=f"within {req.within:.0%} of ideal")
+    if req.value is not None:
+        ax.axvline(req.value, color="tab:green", linestyle="--", label=f"requirement: {req.value:.4g}")
+    ax.set_xscale("log")
+    ax.set_xlabel(req.field)
+    ax.set_ylabel("step time (s)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)
