@@ -46,7 +46,7 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     reason when no plan fits (proven), ``NoPlanInTimeError`` when the time limit ends the search before
     any plan is found. Ctrl-C returns the best plan so far (status ``interrupted``), if there is one.
     """
-    from ..baselines.production import production_plans
+    from ..baselines import start_plans as cheap_baseline_plans
     from ..cost.step import estimate
 
     deadline = time.perf_counter() + time_limit_s
@@ -67,7 +67,7 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
                  f"{len(proto.variables)} variables, {len(proto.constraints)} constraints; {len(space.shapes)} "
                  f"shard shapes, {len(space.intra_network)} intra / {len(space.cross_network)} cross network "
                  "options after dominance pruning")
-    start_plans = production_plans(instance, space)
+    start_plans = cheap_baseline_plans(instance, space)
     # refinement stops early enough for its last simulations, the validator and the final estimate
     reserve_s = min(FINISH_RESERVE_MAX_S, FINISH_RESERVE_FRACTION * time_limit_s)
     best, stats = refine(pv, evaluate, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
