@@ -419,12 +419,56 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
         _fail(["interrupted: the best plan found so far is above"], EXIT_INTERRUPTED)
 
 
+def _method_list(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """``--methods a,b,…`` as a list of known method names (usage error, exit 2, for an unknown one)."""
+    if value is None:
+        return None
+    from .compare import method_names
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in method_names()]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown method(s) {', '.join(unknown) or '(none given)'}; known: "
+                                 f"{', '.join(method_names())}", ctx, param)
+    return names
+
+
 @main.command()
 @_instance_arg
-def compare(instance_path: Path) -> None:
-    """Compare the planner with heuristic baselines (not implemented yet)."""
-    _fail(["compare is not available yet: comparing the planner with heuristic and search baselines is planned; "
-           "meanwhile `solve` prints how far its plan is from the production heuristic's start plans"], EXIT_USAGE)
+@click.option("--methods", callback=_method_list,
+              help="Comma-separated methods (default: all; production always runs as the reference): "
+                   "planner, production, crossdc-sota, one-at-a-time, random, annealing, exhaustive.")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              callback=_finite_time_limit, help="Wall-clock budget in seconds of the planner and of each search.")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="Random seed of the planner and of the random searches.")
+@_json_opt
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), callback=_writable_path,
+              help="Write a PNG of stacked step-time breakdown bars per method here.")
+@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@handle_errors
+def compare(instance_path: Path, methods: list[str] | None, time_limit_s: float, seed: int, as_json: bool,
+            plot_path: Path | None, quiet: bool) -> None:
+    """Compare the planner with the baselines on INSTANCE (same simulator, equal wall time)."""
+    from .compare import breakdown_figure, compare_text, save_png
+    from .compare import compare as compare_methods
+
+    _distinct_outputs(("--plot", plot_path), instance_path)
+    instance = _load_instance(instance_path)
+    try:
+        rows = compare_methods(instance, methods=methods, time_limit_s=time_limit_s, seed=seed,
+                               progress=None if quiet else lambda msg: click.echo(msg, err=True))
+    except InfeasibleError as err:
+        if as_json:  # a pipeline reading stdout gets the status too, as from solve
+            click.echo(json.dumps({"status": "infeasible", "reason": err.reason}, indent=2))
+        raise
+    click.echo(json.dumps([row.to_json() for row in rows], indent=2) if as_json else compare_text(instance, rows))
+    if plot_path:
+        try:
+            save_png(breakdown_figure(rows, instance.name or instance_path.stem), plot_path)
+        except OSError as err:
+            _cannot_write(plot_path, err)
+        click.echo(f"plot written to {plot_path}", err=True)
 
 
 from .capacity.commands import requirement, sweep  # noqa: E402  (they import this module's helpers)

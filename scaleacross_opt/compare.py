@@ -34,8 +34,8 @@ EXPLAIN_MIN_SHARE = 0.005
 
 
 def method_names() -> list[str]:
-    """Every method ``compare`` knows: the planner, then the registered baselines."""
-    return [PLANNER, *baseline_names()]
+    """Every method ``compare`` knows: the planner, production, then the other registered baselines."""
+    return [PLANNER, REFERENCE, *(name for name in baseline_names() if name != REFERENCE)]
 
 
 @dataclass(frozen=True)
