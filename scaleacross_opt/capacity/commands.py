@@ -143,9 +143,13 @@ def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_
     from .run import sweep as run_sweep
     from .table import csv_text
 
-    outputs = [("--out", out_path), ("--csv", csv_path), ("--plot", plot_path)]
-    for i, output in enumerate(outputs):
-        _distinct_outputs(output, instance_path, *(p for _, p in outputs[i + 1:] if p is not None))
+    claimed: dict[Path, str] = {}
+    for option, path in [("--out", out_path), ("--csv", csv_path), ("--plot", plot_path)]:
+        if path is not None:
+            _distinct_outputs((option, path), instance_path)
+            if claimed.setdefault(path.resolve(), option) != option:
+                raise click.BadParameter(f"'{path}' is also the {claimed[path.resolve()]} file",
+                                         param_hint=f"'{option}'")
     instance = _load_instance(instance_path)
     try:
         with _progress_bar(quiet) as progress:

@@ -1,0 +1,110 @@
+"""`scaleacross-opt sweep`: JSONL + CSV + PNG, resume after SIGKILL, per-point statuses, bad input (issue 11)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+BANDWIDTHS = "cluster.links[*].bandwidth_gbps"
+
+
+def _lines(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text.endswith("\n"), "no torn last line"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_sweep_writes_jsonl_csv_png_and_resumes(run_cli, small: Path, tmp_path: Path) -> None:
+    out, table, plot = tmp_path / "r.jsonl", tmp_path / "r.csv", tmp_path / "r.png"
+    args = ["sweep", small, "--vary", f"{BANDWIDTHS}=1600,0", "--out", out, "--csv", table, "--plot", plot,
+            "--time-limit", "20", "--workers", "1"]
+    result = run_cli(args)
+    assert result.exit_code == 0, result.stderr
+    records = _lines(out)
+    assert [r["params"][BANDWIDTHS] for r in records] == [1600, 0] or len(records) == 2
+    by_value = {r["params"][BANDWIDTHS]: r for r in records}
+    ok, bad = by_value[1600], by_value[0]
+    assert ok["status"] == "ok" and ok["results"][0]["plan"]["tp"] >= 1 and ok["seed"] == 0
+    assert bad["status"] == "input_error" and "cluster.links[0].bandwidth_gbps" in bad["reason"]
+    rows = list(csv.DictReader(table.open()))
+    assert [row[BANDWIDTHS] for row in rows] == ["1600", "0"] and rows[0]["cross_building"] in {"pp", "dp", "none"}
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "1 ok, 1 input_error" in result.stderr and f"{BANDWIDTHS}=1600: solve" in result.stdout
+
+    again = run_cli(args)  # every point is in the file: nothing is solved again
+    assert again.exit_code == 0 and again.stdout == result.stdout
+    assert _lines(out) == records
+
+    other_seed = run_cli([*args, "--seed", "1", "--quiet"])  # another seed is another point
+    assert other_seed.exit_code == 0 and other_seed.stderr == "" and len(_lines(out)) == 4
+
+
+def test_sigkill_then_rerun_completes_every_point_once(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-c", "from scaleacross_opt.cli import main; main()", "sweep", str(small),
+           "--vary", f"{BANDWIDTHS}=1600,4000,9143", "--out", str(out),
+           "--time-limit", "20", "--workers", "1", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_bytes().count(b"\n") >= 1) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no point finished within 60 s"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker process it left behind
+    assert proc.returncode == -signal.SIGKILL
+    first = out.read_bytes()
+    with out.open("ab") as handle:  # what a kill in the middle of a write would leave
+        handle.write(b'{"instance": "')
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    records = _lines(out)
+    assert out.read_bytes().startswith(first)  # finished points were kept, not solved again
+    assert Counter(r["params"][BANDWIDTHS] for r in records) == {1600: 1, 4000: 1, 9143: 1}
+    assert all(r["status"] == "ok" for r in records)
+
+
+def test_bad_vary_is_a_usage_error(run_cli, small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    for vary in ["nonsense", f"{BANDWIDTHS}=100..10x2", f"{BANDWIDTHS}=1,1"]:
+        result = run_cli(["sweep", small, "--vary", vary, "--out", out])
+        assert result.exit_code == 2 and "--vary" in result.stderr, result.stderr
+    assert not out.exists()
+
+
+def test_unknown_path_is_an_input_error_before_any_solve(run_cli, small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    result = run_cli(["sweep", small, "--vary", "cluster.links[4].bandwidth_gbps=1,2", "--vary", "job.batch=1",
+                      "--out", out, "--csv", tmp_path / "r.csv"])
+    assert result.exit_code == 1 and result.exception is None
+    lines = result.stderr.splitlines()
+    assert f"{small}: cluster.links[4].bandwidth_gbps: index 4 out of range: cluster.links has 1 element" in lines
+    assert any(line.startswith(f"{small}: job.batch: job has no field 'batch'") for line in lines)
+    assert not out.exists() and not (tmp_path / "r.csv").exists()
+
+
+def test_outputs_must_differ_from_the_instance_and_each_other(run_cli, small: Path, tmp_path: Path) -> None:
+    same = run_cli(["sweep", small, "--vary", "job.global_batch_size=128", "--out", tmp_path / "r",
+                    "--csv", tmp_path / "r"])
+    assert same.exit_code == 2 and "also the --out file" in same.stderr
+    onto_instance = run_cli(["sweep", small, "--vary", "job.global_batch_size=128", "--out", small])
+    assert onto_instance.exit_code == 2 and "input file" in onto_instance.stderr
+
+
+def test_a_foreign_results_file_is_an_input_error(run_cli, small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    out.write_text("hello\n")
+    result = run_cli(["sweep", small, "--vary", "job.global_batch_size=128", "--out", out])
+    assert result.exit_code == 1 and result.stderr.startswith(f"{out}: line 1: not a sweep record")
+    assert out.read_text() == "hello\n"
