@@ -615,108 +615,126 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     return best
 
 
-@dataclass(frozen=True, eq=False)
-class _Stream:
-    """One stage's op order: the kind and chunk of its i-th op, and ``index[kind, chunk, mb]`` = i (−1
-    when the op does not exist, e.g. W of a schedule that does not split the backward)."""
-
-    kind: np.ndarray
-    chunk: np.ndarray
-    index: np.ndarray
-
-
 @functools.lru_cache(maxsize=256)
-def stage_streams(schedule_name: str, pp: int, v: int, m: int, times: tuple[int, int, int]) -> tuple[_Stream, ...]:
-    """Op order of every stage for relative op durations ``times`` (``timed_stage_ops``), indexed. Every
-    registered schedule runs a chunk's forwards (and its backwards) in micro-batch order; ValueError if not."""
-    out = []
-    for stage, ops in enumerate(get_schedule(schedule_name).timed_stage_ops(pp, v, m, times)):
-        kind = np.array([int(op.kind) for op in ops], dtype=np.int64)
-        chunk = np.array([op.chunk for op in ops], dtype=np.int64)
-        index = np.full((3, v, m), -1, dtype=np.int64)
-        index[kind, chunk, [op.microbatch for op in ops]] = np.arange(len(ops))
-        if np.any(np.diff(index[:2], axis=2) <= 0):
-            raise ValueError(f"{schedule_name}: stage {stage} runs a chunk's micro-batches out of order")
-        out.append(_Stream(kind, chunk, index))
-    return tuple(out)
+def stage_streams(schedule_name: str, pp: int, v: int, m: int,
+                  times: tuple[int, int, int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Op order of every stage for relative op durations ``times`` (``timed_stage_ops``) as (kind, chunk,
+    micro-batch) tuples."""
+    orders = get_schedule(schedule_name).timed_stage_ops(pp, v, m, times)
+    return tuple(tuple((int(op.kind), op.chunk, op.microbatch) for op in ops) for ops in orders)
+
+
+@dataclass(frozen=True)
+class _Path:
+    """A micro-batch's way through the pipeline: forward through model positions 0..n−1, then backward
+    n−1..0. Step q runs on ``stage[q]``; ``step_of[(kind, stage, chunk)]`` = q; ``work[q]`` its op
+    seconds, ``hop[q]`` the transfer alone to step q+1 (none on one stage), ``cum[q]`` = Σ_{<q} (work + hop)."""
+
+    stage: list[int]
+    step_of: dict[tuple[int, int, int], int]
+    work: list[float]
+    hop: list[float]
+    cum: list[float]
+
+
+def _path(workload: StepWorkload, group: PipelineGroup) -> _Path:
+    at = _positions(workload, group)
+    n, size, where = len(at.chunks), workload.p2p_bytes, at.buildings
+    route = [*range(n), *reversed(range(n))]
+    kinds = [int(OpKind.F)] * n + [int(OpKind.B)] * n
+    ahead = [workload.link(a, b).transfer_s(size) if x[0] != y[0] else 0.0  # the V's turn stays on its stage
+             for (a, b), (x, y) in zip(itertools.pairwise(where), itertools.pairwise(at.chunks), strict=True)]
+    behind = [workload.link(b, a).transfer_s(size) if x[0] != y[0] else 0.0
+              for (a, b), (x, y) in zip(itertools.pairwise(where), itertools.pairwise(at.chunks), strict=True)]
+    hop = [*ahead, 0.0, *behind[::-1], 0.0]
+    work = [float(x) for x in (*at.fwd_s, *at.bwd_s[::-1])]
+    return _Path(
+        stage=[at.chunks[p][0] for p in route],
+        step_of={(kind, *at.chunks[p]): q for q, (kind, p) in enumerate(zip(kinds, route, strict=True))},
+        work=work, hop=hop, cum=list(itertools.accumulate(map(sum, zip(work, hop, strict=True)), initial=0.0)),
+    )
 
 
 def _round_trip_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """The slowest cross-building boundary's round trips (``_boundary_round_trips_s``) in the op order the
-    simulator finds fastest: the least over the candidate orders."""
-    return min(_boundary_round_trips_s(workload, group, times) for times in workload.candidate_op_times())
+    """The slowest pair of stages joined by a cross-building boundary (``_stage_pair_s``) in the op order
+    the simulator finds fastest: the least over the candidate orders (0 when the schedule cannot run the
+    shape: there is no op order to follow)."""
+    path = _path(workload, group)
+    n = len(path.stage) // 2
+    pairs = {(min(a, b), max(a, b)) for a, b in itertools.pairwise(path.stage[:n])
+             if group.stage_building[a] != group.stage_building[b]}
+    if not pairs or get_schedule(workload.schedule).check(workload.pp, workload.virtual_stages,
+                                                          workload.num_microbatches):
+        return 0.0
+    return min(max(_stage_pair_s(workload, group, path, pair, times) for pair in pairs)
+               for times in workload.candidate_op_times())
 
 
-def _boundary_round_trips_s(workload: StepWorkload, group: PipelineGroup, times: tuple[int, int, int]) -> float:
-    """Lower bound on the pipeline makespan from the transfers of each cross-building boundary k → k+1 and
-    the op orders of its two stages a (position k) and b (position k+1).
+def _stage_pair_s(workload: StepWorkload, group: PipelineGroup, path: _Path, pair: tuple[int, int],
+                  times: tuple[int, int, int]) -> float:
+    """Lower bound on the pipeline makespan: the simulator's timeline of two stages in different buildings
+    that some boundary joins, everything else relaxed.
 
-    A boundary's forward and backward transfers are coupled through those orders: stage a sends F(j) only
-    after the last backward its order puts before F_a(j) — B_a(h_j), which needs gradient h_j back across
-    the boundary — and stage b sends gradient i only after the last forward its order puts before B_b(i),
-    F_b(l_i), which needs activation l_i across. So only the micro-batches a stage's order admits between
-    its forward and its backward are in flight over the boundary (1F1B at the boundary's upstream stage a:
-    l_i − h_j ≈ pp − a), and when one transfer x takes longer than the ops, each round trip x_f + x_b + ops
-    carries that few micro-batches (Little's law over the boundary) instead of the link streaming one per
-    x. With S_a, S_b the prefix sums of the stages' op durations in stream order and each path serving its
-    transfers first come, first served (the simulator's one NCCL communicator per peer):
+    The two stages run their exact op orders; every transfer between them crosses the path between their
+    buildings first come, first served in the sender's order (the simulator's one NCCL communicator per
+    peer: x = bytes ÷ the replica's share, then α). A step of a micro-batch whose input comes from another
+    stage starts no earlier than the last step of that micro-batch on the pair plus the work and transfers
+    (alone) in between, or Σ of them from the start. The step then lasts ≥ every op's end plus the rest of
+    its micro-batch's path. Dropping constraints only makes it shorter, so this stays below the simulator.
 
-    A_j (forward j arrives at b) = max(A_{j−1}, max(reach_a + S_a[F_a(0) … F_a(j)],
-                                       D_{h_j} + S_a[B_a(h_j) … F_a(j)]) + α_f) + x_f
-    D_i (gradient i arrives at a) = max(D_{i−1}, max(A_i + round trip beyond k,
-                                       A_{l_i} + S_b[F_b(l_i) … B_b(i)]) + α_b) + x_b
-    T ≥ max_i D_i + S_a[B_a(i) … end], and T ≥ D_{m−1} + backward of positions ≤ k,
-
-    (reach_a: forward of positions < k with their transfers; each transfer alone; other classes and other
-    boundaries on the same path ignored, so T is a relaxation of the simulator's timeline, not above it).
+    What it sees that per-op sums miss: a stage sends activation j only after the backward its order puts
+    before F(j), whose gradient must first cross back, so only the micro-batches the orders admit between a
+    forward and its backward are in flight over the boundary — each round trip x_f + x_b + ops carries that
+    few (Little's law over the boundary; 1F1B: pp − a at upstream stage a) instead of the path streaming
+    one per x — and V-shaped / interleaved schedules put several boundaries between the same two stages,
+    whose transfers queue on one path.
     """
-    pp, v, m, size = workload.pp, workload.virtual_stages, workload.num_microbatches, workload.p2p_bytes
-    schedule = get_schedule(workload.schedule)
-    streams = stage_streams(workload.schedule, pp, v, m, times)
-    at = _positions(workload, group)
-    bwd = group.bwd_input_s if schedule.splits_backward else group.bwd_s
-    table = np.stack([group.fwd_s, bwd, group.bwd_weight_s])  # (kind, stage, chunk)
-    where = at.buildings
-    hop_f = np.array([workload.link(a, b).transfer_s(size) for a, b in itertools.pairwise(where)] + [0.0])
-    hop_b = np.array([workload.link(b, a).transfer_s(size) for a, b in itertools.pairwise(where)] + [0.0])
-    reach = np.cumsum(at.fwd_s + hop_f) - at.fwd_s - hop_f  # start of position k's first forward, at least
-    back = np.cumsum(at.bwd_s + hop_b) - hop_b  # backward from position k down to 0 (one micro-batch)
-    trip = (at.fwd_s + at.bwd_s + hop_f + hop_b)[::-1].cumsum()[::-1]  # position k onwards and back to k
+    size, m = workload.p2p_bytes, workload.num_microbatches
+    streams = stage_streams(workload.schedule, workload.pp, workload.virtual_stages, m, times)
+    steps = len(path.stage)
+    cum, work, total = path.cum, path.work, path.cum[-1]
+    in_pair = [s in pair for s in path.stage]
+    nearest = [max((r for r in range(q) if in_pair[r]), default=-1) for q in range(steps)]
+    weight = group.bwd_weight_s
+    end, arrive = [-1.0] * (steps * m), [-1.0] * (steps * m)  # per (step, micro-batch); −1: not yet known
+    link = {s: workload.link(group.stage_building[s], group.stage_building[o]) for s, o in (pair, pair[::-1])}
+    serial = {s: size / link[s].bandwidth_bytes_per_s for s in pair}
+    free = dict.fromkeys(pair, 0.0)  # the path out of s is busy until then
+    clock = dict.fromkeys(pair, 0.0)  # s's stream is busy until then
+    next_op = dict.fromkeys(pair, 0)
     best = 0.0
-    for k in range(len(where) - 1):
-        if where[k] == where[k + 1]:
-            continue
-        (sa, ca), (sb, cb) = at.chunks[k], at.chunks[k + 1]
-        ahead, behind = workload.link(where[k], where[k + 1]), workload.link(where[k + 1], where[k])
-        x_f, x_b = size / ahead.bandwidth_bytes_per_s, size / behind.bandwidth_bytes_per_s
-        a, b = streams[sa], streams[sb]
-        s_a = np.concatenate([[0.0], np.cumsum(table[a.kind, sa, a.chunk])]).tolist()
-        s_b = np.concatenate([[0.0], np.cumsum(table[b.kind, sb, b.chunk])]).tolist()
-        f_a, b_a = a.index[OpKind.F, ca], a.index[OpKind.B, ca]
-        f_b, b_b = b.index[OpKind.F, cb], b.index[OpKind.B, cb]
-        h = (np.searchsorted(b_a, f_a) - 1).tolist()
-        low = (np.searchsorted(f_b, b_b) - 1).tolist()
-        f_a, b_a, f_b, b_b = f_a.tolist(), b_a.tolist(), f_b.tolist(), b_b.tolist()
-        beyond = float(trip[k + 1])  # from arriving at k+1 until its backward leaves k+1
-        start = float(reach[k]) - s_a[f_a[0]]
-        arrive_f, arrive_b = [0.0] * m, [0.0] * m
-        j = i = 0
-        while j < m or i < m:
-            moved = False
-            while j < m and h[j] < i:
-                send = start + s_a[f_a[j] + 1]
-                if h[j] >= 0:
-                    send = max(send, arrive_b[h[j]] + s_a[f_a[j] + 1] - s_a[b_a[h[j]]])
-                arrive_f[j] = max(arrive_f[j - 1] - ahead.latency_s if j else 0.0, send) + x_f + ahead.latency_s
-                j, moved = j + 1, True
-            while i < m and max(low[i], i) < j:
-                send = max(arrive_f[i] + beyond, arrive_f[low[i]] + s_b[b_b[i] + 1] - s_b[f_b[low[i]]])
-                arrive_b[i] = max(arrive_b[i - 1] - behind.latency_s if i else 0.0, send) + x_b + behind.latency_s
-                i, moved = i + 1, True
-            if not moved:
-                raise ValueError(f"{workload.schedule}: op orders of stages {sa} and {sb} deadlock")
-        rest = s_a[-1] - np.array(s_a)[b_a]
-        best = max(best, float(np.max(np.array(arrive_b) + rest)), arrive_b[-1] + float(back[k]))
+    while any(next_op[s] < len(streams[s]) for s in pair):
+        moved = False
+        for s in pair:
+            ops = streams[s]
+            while next_op[s] < len(ops):
+                kind, chunk, j = ops[next_op[s]]
+                if kind == OpKind.W:
+                    clock[s] += float(weight[s, chunk])
+                else:
+                    q = path.step_of[(kind, s, chunk)]
+                    start = max(clock[s], cum[q])
+                    if q > 0 and in_pair[q - 1] and path.stage[q - 1] != s:
+                        ready = arrive[q * m + j]
+                    elif nearest[q] >= 0:
+                        r = nearest[q]
+                        ready = end[r * m + j]
+                        ready = ready + cum[q] - cum[r] - work[r] if ready >= 0 else ready
+                    else:
+                        ready = 0.0
+                    if ready < 0:
+                        break
+                    clock[s] = max(start, ready) + work[q]
+                    end[q * m + j] = clock[s]
+                    best = max(best, clock[s] + total - cum[q + 1] + path.hop[q])
+                    if q + 1 < steps and in_pair[q + 1] and path.stage[q + 1] != s:
+                        free[s] = max(clock[s], free[s]) + serial[s]
+                        arrive[(q + 1) * m + j] = free[s] + link[s].latency_s
+                next_op[s] += 1
+                moved = True
+                best = max(best, clock[s])
+        if not moved:
+            raise ValueError(f"{workload.schedule}: op orders of stages {pair} deadlock")
     return best
 
 
