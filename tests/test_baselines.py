@@ -1,0 +1,154 @@
+"""Baselines registry (issue 10): every plan valid, determinism for a seed, none fits, exhaustive = the
+enumerator's best, the plan neighbourhood."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scaleacross_opt.baselines import baseline_names, get_baseline, run_baseline, start_plans
+from scaleacross_opt.baselines.production import production_plans
+from scaleacross_opt.baselines.registry import planner_space
+from scaleacross_opt.optimizer.enumerate import enumerate_plans
+from scaleacross_opt.optimizer.neighbourhood import Move, neighbours, random_plan
+from scaleacross_opt.simulator import simulate
+from scaleacross_opt.spec import CrossBuilding
+from scaleacross_opt.validation.plan_checks import validate_plan
+
+SMALL = "small-two-buildings-llama3-8b"
+SINGLE = "single-building-llama3-70b"
+INFEASIBLE = "infeasible-memory-llama3-405b-a100"
+CALLS = 25  # simulator-call budget of the searches in these tests (a generous wall limit never binds)
+TINY_SEARCH = {"search.tp_degrees": [4, 8], "search.pp_degrees": [1, 2], "search.micro_batch_sizes": [1],
+               "search.virtual_stages": [1], "search.schedules": ["1f1b"], "search.recompute": ["none"],
+               "search.collective_algorithms": ["ring"], "search.load_balancing": ["ecmp"],
+               "search.loss_recovery": ["go_back_n"], "search.qps_per_connection": [1]}
+
+
+def test_registry_names_and_kinds() -> None:
+    names = baseline_names()
+    assert set(names) == {"production", "crossdc-sota", "one-at-a-time", "random", "annealing", "exhaustive"}
+    assert {n for n in names if get_baseline(n).cheap} == {"production", "crossdc-sota"}
+    assert names[:2] == sorted(["production", "crossdc-sota"])  # cheap ones first
+    with pytest.raises(KeyError, match="unknown baseline"):
+        get_baseline("nope")
+
+
+@pytest.mark.parametrize("name", [SMALL, SINGLE])
+@pytest.mark.parametrize("method", ["production", "crossdc-sota", "one-at-a-time", "random", "annealing"])
+def test_every_baseline_plan_is_valid(load_shipped_instance, name: str, method: str) -> None:
+    instance = load_shipped_instance(name)
+    result = run_baseline(method, instance, time_limit_s=60, seed=0, max_simulator_calls=CALLS)
+    if method == "crossdc-sota":  # one building, or (small) no cross-DC schedule allowed by its search
+        assert result.plan is None and result.reason and result.reason.startswith("none fits")
+        return
+    assert result.plan is not None and result.report is not None, result.reason
+    assert validate_plan(result.plan, instance) == []
+    assert result.report.step_time_s == pytest.approx(simulate(instance, result.plan).step_time_s)
+    assert 1 <= result.simulator_calls <= (CALLS if not get_baseline(method).cheap else 10)
+
+
+@pytest.mark.parametrize("method", ["random", "annealing", "one-at-a-time"])
+def test_same_seed_same_plan(load_shipped_instance, method: str) -> None:
+    instance = load_shipped_instance(SMALL)
+    runs = [run_baseline(method, instance, time_limit_s=60, seed=7, max_simulator_calls=CALLS) for _ in range(2)]
+    assert runs[0].plan == runs[1].plan
+    assert runs[0].simulator_calls == runs[1].simulator_calls
+
+
+def test_searches_never_worse_than_their_production_start(load_shipped_instance) -> None:
+    instance = load_shipped_instance(SINGLE)
+    production = run_baseline("production", instance, time_limit_s=10)
+    for method in ("one-at-a-time", "annealing"):
+        found = run_baseline(method, instance, time_limit_s=60, seed=0, max_simulator_calls=CALLS)
+        assert found.report.step_time_s <= production.report.step_time_s
+
+
+@pytest.mark.parametrize("method", ["production", "crossdc-sota", "one-at-a-time", "random", "annealing", "exhaustive"])
+def test_none_fits_on_an_infeasible_instance(load_shipped_instance, method: str) -> None:
+    result = run_baseline(method, load_shipped_instance(INFEASIBLE), time_limit_s=5, seed=0)
+    assert result.plan is None and result.report is None
+    assert result.reason.startswith("none fits") and "memory" in result.reason
+    assert result.simulator_calls == 0
+
+
+def test_exhaustive_is_the_best_enumerated_plan(load_shipped_instance) -> None:
+    instance = load_shipped_instance(SMALL).with_updates(TINY_SEARCH)
+    space = planner_space(instance)
+    timed = sorted((simulate(instance, p).step_time_s, p.model_dump_json()) for p in enumerate_plans(instance, space)
+                   if not validate_plan(p, instance))
+    assert 2 <= len(timed) <= 200
+    result = run_baseline("exhaustive", instance, time_limit_s=60)
+    assert result.reason is None
+    assert result.simulator_calls == len(timed)
+    assert (result.report.step_time_s, result.plan.model_dump_json()) == timed[0]
+
+
+def test_exhaustive_reports_a_large_space(load_shipped_instance) -> None:
+    result = run_baseline("exhaustive", load_shipped_instance(SMALL), time_limit_s=30)
+    assert result.plan is None and result.reason.startswith("space too large")
+    assert result.simulator_calls == 0
+
+
+def test_exhaustive_budget_ending_early_is_marked(load_shipped_instance) -> None:
+    instance = load_shipped_instance(SMALL).with_updates(TINY_SEARCH)
+    result = run_baseline("exhaustive", instance, time_limit_s=60, max_simulator_calls=1)
+    assert result.plan is not None and result.reason.startswith("incomplete")
+
+
+def test_start_plans_hold_every_cheap_baselines_plans(load_shipped_instance) -> None:
+    instance = load_shipped_instance("metro-two-buildings-llama3-70b")
+    space = planner_space(instance)
+    plans = start_plans(instance, space)
+    keys = [p.model_dump_json() for p in plans]
+    assert len(keys) == len(set(keys))
+    assert {p.model_dump_json() for p in production_plans(instance, space)} <= set(keys)
+    crossdc = [p for p in plans if p.placement.cross_building is CrossBuilding.PP]
+    assert crossdc and {p.schedule for p in crossdc} <= {"crosspipe-unidirectional", "dualpipe", "zb-v"}
+    assert all(validate_plan(p, instance) == [] for p in plans)
+
+
+@pytest.mark.parametrize("name", [SMALL, SINGLE, "three-buildings-campus-llama3-70b"])
+def test_neighbours_are_valid_distinct_sorted_and_deterministic(load_shipped_instance, name: str) -> None:
+    instance = load_shipped_instance(name)
+    space = planner_space(instance)
+    plan = production_plans(instance, space)[0]
+    found = neighbours(instance, space, plan)
+    keys = [p.model_dump_json() for p in found]
+    assert found and keys == sorted(set(keys)) and plan.model_dump_json() not in keys
+    assert all(validate_plan(p, instance) == [] for p in found)
+    assert [p.model_dump_json() for p in neighbours(instance, space, plan)] == keys
+    by_kind = {kind: neighbours(instance, space, plan, (kind,)) for kind in Move}
+    assert sum(len(v) for v in by_kind.values()) >= len(found)
+    assert all(p.network == plan.network for p in by_kind[Move.SCHEDULE])
+    assert all((p.tp, p.cp, p.pp, p.dp) == (plan.tp, plan.cp, plan.pp, plan.dp) for p in by_kind[Move.NETWORK])
+
+
+def test_neighbours_move_the_cross_building_dimension_and_split(load_shipped_instance) -> None:
+    # half of the GPUs: the job fits one building, so the dimension and the split can move
+    instance = load_shipped_instance(SMALL).with_updates({"job.num_gpus": 64,
+                                                          "search.cross_building": ["none", "pp", "dp"]})
+    space = planner_space(instance)
+    plan = production_plans(instance, space)[0]
+    assert plan.placement.cross_building is CrossBuilding.NONE
+    moved = neighbours(instance, space, plan, (Move.PLACEMENT,))
+    dp_across = [p for p in moved if p.placement.cross_building is CrossBuilding.DP and p.pp == plan.pp]
+    assert [[s.dp_replicas for s in p.placement.buildings] for p in dp_across] == [[4, 4]]
+    split = {tuple(s.dp_replicas for s in p.placement.buildings)
+             for p in neighbours(instance, space, dp_across[0], (Move.PLACEMENT,))
+             if p.placement.cross_building is CrossBuilding.DP and (p.tp, p.pp) == (plan.tp, plan.pp)}
+    assert split == {(3, 5), (5, 3)}  # one replica from one building to the other
+    deeper = next(p for p in moved if p.pp == 2 and p.tp == plan.tp)
+    stages = {tuple(s.pp_stages for s in p.placement.buildings)
+              for p in neighbours(instance, space, deeper, (Move.PLACEMENT,))
+              if p.placement.cross_building is CrossBuilding.PP}
+    assert (1, 1) in stages  # pp = 2: one stage in each building
+
+
+def test_random_plan_is_valid_and_seeded(load_shipped_instance) -> None:
+    instance = load_shipped_instance(SMALL)
+    space = planner_space(instance)
+    first = [random_plan(instance, space, random.Random(3)) for _ in range(2)]
+    assert first[0] == first[1] and first[0] is not None
+    assert validate_plan(first[0], instance) == []
