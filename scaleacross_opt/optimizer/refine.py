@@ -1,6 +1,6 @@
-"""Simulator-in-the-loop refinement around the CP-SAT model.
+"""Hybrid search: CP-SAT proposes, the simulator decides, local search polishes.
 
-Start plans (the production heuristic) are simulated first and cut off. Then each round:
+Start plans (every cheap baseline) are simulated first and cut off. Then each round:
 1. *Bound*: solve the model (parallel portfolio). Its optimum V is a lower bound on the step of every
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
@@ -10,14 +10,22 @@ Start plans (the production heuristic) are simulated first and cut off. Then eac
 4. *Feed back*: every candidate is checked by the independent validator and simulated (once per
    plan), its exact bound is computed (its decisions fixed), and it is cut off in the model with a
    no-good, so the next round's V bounds only unexamined plans.
+5. *Polish*: simulator-driven local search (``local_search.climb``) from the round's candidates, best
+   first, then iterated local search from the incumbent (a seeded two-move kick, then a climb), for as
+   long as the round's CP-SAT part took (both halves get equal time). Every plan it simulates is cut
+   off too; the incumbent becomes the next round's hint.
+The model also carries an *incumbent cut*, step ≤ best simulated × (1 + bound error), tightened as the
+incumbent improves: a plan whose bound cannot beat the incumbent is never proposed, and a round with
+no solution left proves the incumbent optimal (up to the bound error).
 """
 
 from __future__ import annotations
 
+import math
+import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -25,22 +33,15 @@ from ..cost.report import StepReport
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
+from .cpsat.objective import HORIZON_US
 from .cpsat.variables import PlanVars
+from .local_search import Candidate, climb, kick
 from .result import SolveStats
 
 US = 1e-6
 WORKERS = 8  # CP-SAT portfolio size (the optimum value does not depend on it)
 ROUND_SHARE = 3  # a round's solve may use 1/3 of the time left …
 ROUND_MIN_S = 2.0  # … but at least this long
-
-
-@dataclass
-class Candidate:
-    """One simulated plan."""
-
-    plan: Plan
-    bound_s: float
-    report: StepReport
 
 
 INTERRUPT_SLACK_S = 0.5  # a round ending this much before its limit without a proof was interrupted
@@ -124,85 +125,127 @@ def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline:
     return int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else int(solver.BestObjectiveBound())
 
 
-def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
-           top_k: int, start_plans: list[Plan] = (), progress: Callable[[str], None] | None = None
-           ) -> tuple[Candidate | None, SolveStats]:
-    """Run the loop until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
-    candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
-    first, so the result is never worse than they are."""
-    start = time.perf_counter()
-    stats = SolveStats(status="exhausted")
-    best: Candidate | None = None
-    hint: dict[int, int] | None = None
-    ratios: list[float] = []
-    examined: set[str] = set()
-    try:
-        for start_plan in start_plans:  # in the model's own form (its layer-split family), if it has one
-            assignment = plan_assignment(pv, start_plan)
+POLISH_MIN_S = 0.5  # the local-search phase after a round lasts at least this long (if time is left)
+
+
+class _Search:
+    """The state of one hybrid search: the incumbent, every simulated plan, the statistics."""
+
+    def __init__(self, pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
+                 progress: Callable[[str], None] | None):
+        self.pv, self.simulate, self.deadline, self.seed, self.progress = pv, simulate, deadline, seed, progress
+        self.start = time.perf_counter()
+        self.stats = SolveStats(status="exhausted")
+        self.best: Candidate | None = None
+        self.hint: dict[int, int] | None = None
+        self.ratios: list[float] = []
+        self.evaluated: dict[str, Candidate] = {}
+        self.unpolished: list[Candidate] = []
+        self.rng = random.Random(seed)
+        self.cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()
+
+    # --- bookkeeping ------------------------------------------------------------------------------
+    def evaluate(self, plan: Plan, assignment: dict[int, int] | None = None, bound_s: float = 0.0,
+                 event: str = "") -> Candidate:
+        """Simulate a valid plan once (later calls return the stored result), cut it off in the model and
+        keep the best; ``event`` names it in a progress line (local-search plans report improvements)."""
+        key = plan.model_dump_json()
+        if key in self.evaluated:
+            return self.evaluated[key]
+        t0 = time.perf_counter()
+        report = self.simulate(self.pv.instance, plan)
+        self.stats.simulate_wall_s += time.perf_counter() - t0
+        self.stats.candidates_simulated += 1
+        assignment = assignment or plan_assignment(self.pv, plan)
+        if assignment is not None:
+            add_nogood(self.pv, assignment)
+        candidate = self.evaluated[key] = Candidate(plan, bound_s, report)
+        if bound_s > 0:
+            self.ratios.append(bound_s / report.step_time_s)
+            self.stats.bound_error = max(self.stats.bound_error, self.ratios[-1] - 1)
+        self.stats.history.append({"bound_s": bound_s, "simulated_s": report.step_time_s})
+        improved = self.best is None or candidate.key() < self.best.key()
+        if improved:
+            self.best = candidate
+            self.hint = assignment or self.hint
+        if self.progress and (event or improved):
+            what = event or f"local search: {plan.schedule} tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp}"
+            self.progress(self._status_line(f"{what}: simulated {report.step_time_s:.4f} s"))
+        return candidate
+
+    def _status_line(self, event: str) -> str:
+        """A progress line: elapsed seconds, the event, the best simulated step, the proven bound and gap."""
+        line = f"[{time.perf_counter() - self.start:6.1f} s] {event}"
+        if self.best is not None:
+            line += f"; best {self.best.report.step_time_s:.4f} s"
+            if self.stats.lower_bound_s > 0:
+                gap = max(0.0, 1 - self.stats.lower_bound_s / self.best.report.step_time_s)
+                line += f", bound {self.stats.lower_bound_s:.4f} s (gap {100 * gap:.1f} %)"
+        return line
+
+    def converged(self) -> None:
+        """The incumbent is optimal: no unexamined plan's bound (corrected) beats it."""
+        self.stats.status = "optimal" if self.stats.bound_error <= 0 else "within_bound_error"
+
+    # --- the phases -------------------------------------------------------------------------------
+    def start_plans(self, plans: list[Plan]) -> None:
+        """Simulate the heuristic start plans, in the model's own form (its layer-split family) when it has one."""
+        for start_plan in plans:
+            assignment = plan_assignment(self.pv, start_plan)
             if assignment is None:
                 continue
-            plan = plan_of(pv, assignment)
-            bound_us = plan_bound_us(pv, assignment, seed, deadline)
-            if bound_us is None or validate_plan(plan, pv.instance):
+            plan = plan_of(self.pv, assignment)
+            bound_us = plan_bound_us(self.pv, assignment, self.seed, self.deadline)
+            if bound_us is None or validate_plan(plan, self.pv.instance):
                 continue
-            bound = bound_us * US
-            examined.add(plan.model_dump_json())
-            report = simulate(pv.instance, plan)
-            stats.candidates_simulated += 1
-            add_nogood(pv.model, assignment)
-            ratios.append(bound / report.step_time_s)
-            stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
-            if best is None or report.step_time_s < best.report.step_time_s:
-                best, hint = Candidate(plan, bound, report), assignment
-            if progress:
-                progress(_status_line(start, stats, best, f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}: "
-                                                          f"simulated {report.step_time_s:.4f} s"))
-    except KeyboardInterrupt:  # Ctrl-C while simulating the start plans: keep the best of them
-        if best is None:
-            raise
-        stats.status = "interrupted"
-    else:
-        best = _rounds(pv, simulate, start, deadline, seed, top_k, progress, stats, best, hint, ratios, examined)
-    stats.wall_s = time.perf_counter() - start
-    stats.bound_ratio_min = min(ratios) if ratios else 0.0
-    if best is not None:
-        if stats.status == "exhausted":
-            stats.lower_bound_s = best.report.step_time_s
-        stats.lower_bound_s = min(stats.lower_bound_s, best.report.step_time_s)  # the optimum is ≤ the best
-        stats.gap = max(0.0, (best.report.step_time_s - stats.lower_bound_s) / best.report.step_time_s)
-    return best, stats
+            self.unpolished.append(self.evaluate(plan, assignment, bound_us * US,
+                                                 f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}"))
 
+    def polish(self, until: float) -> None:
+        """Local search until ``until``: climb from each unpolished candidate, best first, then iterated
+        local search (kick the incumbent, climb) while time is left."""
+        until = min(until, self.deadline)
+        space = self.pv.space
+        instance = self.pv.instance
+        while time.perf_counter() < until:
+            if self.unpolished:
+                self.unpolished.sort(key=Candidate.key)
+                origin = self.unpolished.pop(0)
+            else:
+                if self.best is None:
+                    return
+                kicked = kick(instance, space, self.best.plan, self.rng)
+                if kicked is None:
+                    return
+                origin = self.evaluate(kicked)
+            climb(instance, space, origin, self.evaluate, until)
 
-def _status_line(start: float, stats: SolveStats, best: Candidate | None, event: str) -> str:
-    """A progress line: elapsed seconds, the event, the best simulated step, the proven bound and gap."""
-    line = f"[{time.perf_counter() - start:6.1f} s] {event}"
-    if best is not None:
-        line += f"; best {best.report.step_time_s:.4f} s"
-        if stats.lower_bound_s > 0:
-            gap = max(0.0, 1 - stats.lower_bound_s / best.report.step_time_s)
-            line += f", bound {stats.lower_bound_s:.4f} s (gap {100 * gap:.1f} %)"
-    return line
+    def set_cutoff(self) -> None:
+        """The incumbent cut: step ≤ best simulated × (1 + bound error), in µs, less one."""
+        if self.best is None:
+            return
+        correction = 1 + max(0.0, self.stats.bound_error)
+        limit = max(0, math.ceil(self.best.report.step_time_s / US * correction) - 1)
+        self.pv.model.Proto().constraints[self.cutoff].linear.domain[1] = min(limit, HORIZON_US)
 
-
-def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], start: float, deadline: float, seed: int,
-            top_k: int, progress: Callable[[str], None] | None, stats: SolveStats, best: Candidate | None,
-            hint: dict[int, int] | None, ratios: list[float], examined: set[str]) -> Candidate | None:
-    """The CP-SAT rounds of ``refine`` (updating ``stats``, ``ratios`` and ``examined``); returns the best
-    candidate. On Ctrl-C it returns the best so far with status ``interrupted`` (re-raises if none)."""
-    try:
+    def rounds(self, top_k: int) -> None:
+        """CP-SAT rounds, each followed by local search, until convergence or the deadline. Ctrl-C inside a
+        CP-SAT solve is re-raised as KeyboardInterrupt."""
+        pv, stats = self.pv, self.stats
         while True:
-            remaining = deadline - time.perf_counter()
+            remaining = self.deadline - time.perf_counter()
             if remaining <= 0:
                 stats.status = "time_limit"
-                break
+                return
             t0 = time.perf_counter()
             pv.model.ClearHints()
-            for index, value in sorted((hint or {}).items()):
+            for index, value in sorted((self.hint or {}).items()):
                 pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
+            self.set_cutoff()
             # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
             # round with no solution at the end of its share goes on (up to the deadline) until its first one.
             share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
-            solver = _solver(seed, WORKERS, remaining)
+            solver = _solver(self.seed, WORKERS, remaining)
             with _Improving(identity_vars(pv), solver, share) as recorder:
                 status = solver.Solve(pv.model, recorder)
             # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof or
@@ -211,58 +254,76 @@ def _rounds(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], star
                     and solver.WallTime() < remaining - INTERRUPT_SLACK_S):
                 raise KeyboardInterrupt
             stats.rounds += 1
+            if status == cp_model.INFEASIBLE:  # every plan left was examined or cut off by the incumbent
+                stats.cpsat_wall_s += time.perf_counter() - t0
+                if self.best is not None:
+                    self.converged()
+                return
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 stats.cpsat_wall_s += time.perf_counter() - t0
-                if status == cp_model.UNKNOWN:
-                    stats.status = "time_limit"
-                break
+                stats.status = "time_limit"
+                return
             optimum_us = int(solver.ObjectiveValue())
             bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
             correction = 1 + max(0.0, stats.bound_error)
             stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
-            if best is not None and bound_s / correction >= best.report.step_time_s * (1 - 1e-9):
+            if self.best is not None and bound_s / correction >= self.best.report.step_time_s * (1 - 1e-9):
                 stats.cpsat_wall_s += time.perf_counter() - t0
-                stats.status = "optimal" if stats.bound_error <= 0 else "within_bound_error"
-                break
-            found = _best_distinct(recorder.found, top_k)
-            # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
-            # is its canonical assignment's, and every assignment of an examined plan is cut off.
-            plans = [plan_of(pv, assignment) for assignment in found]
-            canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
-            # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
-            bounds = [(plan_bound_us(pv, c, seed, deadline) or 0) * US if time.perf_counter() < deadline else 0.0
-                      for c in canonical]
-            stats.cpsat_wall_s += time.perf_counter() - t0
-            for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
-                if best is not None and time.perf_counter() > deadline:
-                    break
-                add_nogood(pv.model, assignment)
-                if same != assignment:
-                    add_nogood(pv.model, same)
-                key = plan.model_dump_json()
-                if key in examined:
-                    continue
-                examined.add(key)
-                problems = validate_plan(plan, pv.instance)
-                if problems:
-                    stats.candidates_rejected += 1
-                    continue
-                t1 = time.perf_counter()
-                report = simulate(pv.instance, plan)
-                stats.simulate_wall_s += time.perf_counter() - t1
-                stats.candidates_simulated += 1
-                if plan_bound > 0:
-                    ratios.append(plan_bound / report.step_time_s)
-                    stats.bound_error = max(stats.bound_error, ratios[-1] - 1)
-                if best is None or (report.step_time_s, plan.model_dump_json()) < (
-                        best.report.step_time_s, best.plan.model_dump_json()):
-                    best, hint = Candidate(plan, plan_bound, report), assignment
-                stats.history.append({"bound_s": plan_bound, "simulated_s": report.step_time_s})
-                if progress:
-                    progress(_status_line(start, stats, best, f"round {stats.rounds}: plan bound {plan_bound:.4f} s, "
-                                                              f"simulated {report.step_time_s:.4f} s"))
-    except KeyboardInterrupt:  # Ctrl-C: keep the best plan found so far (none yet: stop like before)
-        if best is None:
+                self.converged()
+                return
+            self._simulate_round(_best_distinct(recorder.found, top_k), t0)
+            self.polish(time.perf_counter() + max(POLISH_MIN_S, time.perf_counter() - t0))
+
+    def _simulate_round(self, found: list[dict[int, int]], t0: float) -> None:
+        """Validate, bound and simulate a round's candidates (its CP-SAT time ends once their bounds are known)."""
+        pv, stats = self.pv, self.stats
+        # Several assignments can describe one plan (layer counts the split trims away); the plan's bound
+        # is its canonical assignment's, and every assignment of an examined plan is cut off.
+        plans = [plan_of(pv, assignment) for assignment in found]
+        canonical = [plan_assignment(pv, plan) or assignment for plan, assignment in zip(plans, found, strict=True)]
+        # past the deadline a plan's bound is not computed (0: unknown) and only a first plan is simulated
+        bounds = [(plan_bound_us(pv, c, self.seed, self.deadline) or 0) * US
+                  if time.perf_counter() < self.deadline else 0.0 for c in canonical]
+        stats.cpsat_wall_s += time.perf_counter() - t0
+        for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
+            if self.best is not None and time.perf_counter() > self.deadline:
+                return
+            if same != assignment:
+                add_nogood(pv, assignment)
+            if plan.model_dump_json() in self.evaluated:
+                continue
+            if validate_plan(plan, pv.instance):
+                add_nogood(pv, same)
+                stats.candidates_rejected += 1
+                continue
+            candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
+            self.unpolished.append(candidate)
+
+
+def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
+           top_k: int, start_plans: list[Plan] = (), progress: Callable[[str], None] | None = None
+           ) -> tuple[Candidate | None, SolveStats]:
+    """Run the hybrid search until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
+    candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
+    first, so the result is never worse than they are. Ctrl-C returns the best so far with status
+    ``interrupted`` (re-raised if there is none)."""
+    search = _Search(pv, simulate, deadline, seed, progress)
+    stats = search.stats
+    try:
+        search.start_plans(list(start_plans))
+        search.rounds(top_k)
+    except KeyboardInterrupt:
+        if search.best is None:
             raise
         stats.status = "interrupted"
-    return best
+    best = search.best
+    stats.wall_s = time.perf_counter() - search.start
+    stats.bound_ratio_min = min(search.ratios) if search.ratios else 0.0
+    if best is not None:
+        if best.bound_s == 0 and (assignment := plan_assignment(pv, best.plan)) is not None:
+            best.bound_s = (plan_bound_us(pv, assignment, seed, deadline) or 0) * US  # found by local search
+        if stats.status == "exhausted":
+            stats.lower_bound_s = best.report.step_time_s
+        stats.lower_bound_s = min(stats.lower_bound_s, best.report.step_time_s)  # the optimum is ≤ the best
+        stats.gap = max(0.0, (best.report.step_time_s - stats.lower_bound_s) / best.report.step_time_s)
+    return best, stats

@@ -72,29 +72,40 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
     )
 
 
+def _identity_choices(pv: PlanVars) -> list[OneHot]:
+    return [choice for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
+                                  pv.intra_transport, pv.cross_algorithm, pv.cross_transport) if choice is not None]
+
+
 def identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
     """The variables whose values determine the plan (everything else is derived or auxiliary)."""
-    out: list[cp_model.IntVar] = []
-    for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
-                   pv.intra_transport, pv.cross_algorithm, pv.cross_transport):
-        if choice is not None:
-            out += choice.lits
-    return [*out, *pv.replicas, *pv.stages, *pv.layers, pv.head_layers, *(lit for row in pv.member for lit in row)]
+    lits = [lit for choice in _identity_choices(pv) for lit in choice.lits]
+    return [*lits, *pv.replicas, *pv.stages, *pv.layers, pv.head_layers, *(lit for row in pv.member for lit in row)]
 
 
-def add_nogood(model: cp_model.CpModel, assignment: dict[int, int]) -> None:
-    """Exclude the assignment {variable index: value} of identity variables from ``model``'s solutions.
+def add_nogood(pv: PlanVars, assignment: dict[int, int]) -> None:
+    """Exclude the assignment {variable index: value} of identity variables from the model's solutions.
 
-    Works on the model the variables were created in and on its clones (same indices).
+    One clause: some one-hot choice takes another value (its chosen literal is false; the others follow
+    from exactly-one), a Boolean flips, or a count differs (a reified ≠). Small clauses keep the model —
+    and its presolve — small after hundreds of examined plans.
     """
-    differs = []
+    model = pv.model
+    onehot = {lit.Index() for choice in _identity_choices(pv) for lit in choice.lits}
+    clause = []
     for index, value in sorted(assignment.items()):
         var = model.get_int_var_from_proto_index(index)
-        lit = model.NewBoolVar(f"differs[{index}]")
-        model.Add(var != value).OnlyEnforceIf(lit)
-        model.Add(var == value).OnlyEnforceIf(lit.Not())
-        differs.append(lit)
-    model.AddBoolOr(differs)
+        if index in onehot:
+            if value:
+                clause.append(var.Not())
+        elif list(model.Proto().variables[index].domain) == [0, 1]:
+            clause.append(var.Not() if value else var)
+        else:
+            differs = model.NewBoolVar(f"differs[{index}]")
+            model.Add(var != value).OnlyEnforceIf(differs)
+            model.Add(var == value).OnlyEnforceIf(differs.Not())
+            clause.append(differs)
+    model.AddBoolOr(clause)
 
 
 def fix_irrelevant_choices(pv: PlanVars) -> None:
