@@ -130,7 +130,7 @@ def plan_choices(plan: Plan) -> str:
     return text + ("" if mode is CrossBuilding.NONE else f"; cross: {_net(plan.network.cross_building)}")
 
 
-def _changed_decisions(before: Plan, after: Plan) -> list[str]:
+def changed_decisions(before: Plan, after: Plan) -> list[str]:
     """The decisions ``after`` takes differently from ``before``, as 'name old → new'."""
     assert before.placement is not None and after.placement is not None
     assert before.network is not None and after.network is not None
@@ -167,7 +167,7 @@ def explanation(rows: list[CompareRow]) -> list[str]:
     lines = [f"explanation: the planner's step is {t_plan:.4f} s against production's {t_prod:.4f} s "
              f"({t_plan - t_prod:+.4f} s, {(t_prod / t_plan - 1) * 100:+.1f} % speedup)"]
     lines.append("  breakdown (planner − production): " + ("; ".join(terms) or "no term changed noticeably"))
-    changed = _changed_decisions(production.plan, planner.plan)
+    changed = changed_decisions(production.plan, planner.plan)
     lines.append("  decisions changed: " + ("; ".join(changed) if changed else "none (the same plan)"))
     faster = [r for r in rows if r.step_time_s is not None and r.step_time_s < t_plan * (1 - 1e-9)]
     lines += [f"  note: {r.method} is faster than the planner ({r.step_time_s:.4f} s): the planner's search did not "
