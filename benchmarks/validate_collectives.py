@@ -10,8 +10,13 @@ fabric technology (``transport``; nothing is fitted to a row). Levels come from 
 same functions the step model uses (``nvlink_path``, ``fabric_path``), the time from
 ``span_collective_s``; bus bandwidth = algorithm bandwidth × 2(n−1)/n (all-reduce) or (n−1)/n
 (all-gather, reduce-scatter, all-to-all), as nccl-tests reports it; sendrecv = algorithm bandwidth.
-Skipped: NVLS / NVLSTree rows (NVLink SHARP in-switch reduction, not modelled), GPUs not in the
-catalog, rows with NICs but no NIC bandwidth. Algorithm "unknown" is priced as a ring.
+NVLS rows inside one node: ``nvls_all_reduce_s`` at the NVLink rate × the GPU's NVLS efficiency
+(``NVLS_EFFICIENCY``). Algorithm "unknown" is what NCCL's tuner picks, the fastest it has: a ring, or for
+an all-reduce inside one NVSwitch node of a GPU with NVLS, NVLS when faster.
+Skipped, with the reason printed: NVLSTree rows (NVLS inside nodes, a tree across them: not modelled),
+GPUs not in the catalog, rows with NICs but no NIC bandwidth. Rows whose bus bandwidth exceeds what a
+ring can reach (the node's NIC aggregate) are compared and flagged: NCCL used a tree-type algorithm
+there, which the model does not price.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from scaleacross_opt.catalog import coefficients as co
 from scaleacross_opt.catalog.gpus import gpu_by_name
 from scaleacross_opt.catalog.network import DEFAULT_TRAFFIC_CLASS
-from scaleacross_opt.cost.collectives import Collective, Level, p2p_s, span_collective_s
+from scaleacross_opt.cost.collectives import Collective, Level, nvls_all_reduce_s, p2p_s, span_collective_s
 from scaleacross_opt.cost.step import fabric_path, nvlink_path
 from scaleacross_opt.errors import InputError
 from scaleacross_opt.spec import (
@@ -68,13 +74,14 @@ def transport(interconnect: str) -> TrafficClassConfig:
 
 def predict_busbw(row: dict[str, str]) -> float | str:
     """Predicted bus bandwidth (GB/s) of one row, or why it is skipped."""
-    if row["algorithm"] not in ALGORITHMS:
-        return f"algorithm {row['algorithm']} not modelled (NVLink SHARP)"
     try:
         gpu = gpu_by_name(row["gpu"])
     except (InputError, KeyError, ValueError):
         return f"GPU {row['gpu']!r} not in the catalog"
     nodes, per_node = int(row["num_nodes"]), int(row["gpus_per_node"])
+    nvls = row["collective"] == "all_reduce" and nodes == 1 and gpu.name in co.NVLS_EFFICIENCY
+    if row["algorithm"] == "nvls" and not nvls:
+        return "NVLSTree (NVLS inside nodes, a tree across them) not modelled"
     if nodes > 1 and not row["nic_gbps_per_gpu"]:
         return "NIC bandwidth not stated"
     nic = float(row["nic_gbps_per_gpu"] or gpu.nic_bandwidth_gbps)
@@ -85,12 +92,24 @@ def predict_busbw(row: dict[str, str]) -> float | str:
               Level(nodes, per_node * fabric.bandwidth_bytes_per_s, fabric.latency_s)]
     n = nodes * per_node
     size = float(row["message_bytes"])
+    times = []
     if row["collective"] == "sendrecv":
         level = levels[1] if nodes > 1 else levels[0]
-        seconds = p2p_s(size, level.bandwidth_bytes_per_s / (per_node if nodes > 1 else 1), level.latency_s)
-    else:
-        seconds = span_collective_s(OPS[row["collective"]], ALGORITHMS[row["algorithm"]], levels, size)
-    return size / seconds * _bus_factor(row["collective"], n) / 1e9
+        times.append(p2p_s(size, level.bandwidth_bytes_per_s / (per_node if nodes > 1 else 1), level.latency_s))
+    elif row["algorithm"] != "nvls":
+        times.append(span_collective_s(OPS[row["collective"]], ALGORITHMS[row["algorithm"]], levels, size))
+    if nvls and row["algorithm"] in ("nvls", "unknown"):
+        switch = nvlink.bandwidth_bytes_per_s * co.NVLS_EFFICIENCY[gpu.name]
+        times.append(nvls_all_reduce_s(n, size, switch, co.NVLS_LATENCY_US * 1e-6))
+    return size / min(times) * _bus_factor(row["collective"], n) / 1e9
+
+
+def above_ring(row: dict[str, str]) -> bool:
+    """Whether the measured bus bandwidth exceeds the node's NIC aggregate, which bounds a ring's."""
+    nic = row["nic_gbps_per_gpu"]
+    if int(row["num_nodes"]) < 2 or not nic or row["collective"] != "all_reduce":
+        return False
+    return float(row["busbw_gb_per_s"]) > int(row["gpus_per_node"]) * float(nic) / 8
 
 
 def main() -> int:
@@ -109,8 +128,9 @@ def main() -> int:
             error = (predicted - measured) / measured * 100
             errors.append(abs(error))
             shape = f"{row['num_nodes']}×{row['gpus_per_node']}"
+            flag = "  busbw > node NICs: NCCL used a tree, not modelled" if above_ring(row) else ""
             print(f"{row['gpu'][:16]:16} {shape:>9} {row['collective']:14} {row['algorithm']:7} "
-                  f"{int(row['message_bytes']):>12} {measured:9.1f} {predicted:9.1f} {error:+6.1f}%")
+                  f"{int(row['message_bytes']):>12} {measured:9.1f} {predicted:9.1f} {error:+6.1f}%{flag}")
     print(f"\nskipped {len(skipped)} rows:")
     for line in skipped:
         print("  " + line)

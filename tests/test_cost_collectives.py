@@ -8,6 +8,7 @@ from scaleacross_opt.cost.collectives import (
     Collective,
     Level,
     flat_collective_s,
+    nvls_all_reduce_s,
     p2p_s,
     ring_half_s,
     span_collective_s,
@@ -27,6 +28,14 @@ def test_flat_collectives_pinned() -> None:
     assert flat_collective_s(AR, TREE, 16, 1e6, 1e9, 1e-5) == pytest.approx(8e-5 + 2e-3)
     assert flat_collective_s(A2A, RING, 8, 8e6, 1e9, 0.0) == pytest.approx(7e-3)
     assert p2p_s(1e6, 1e9, 5e-6) == pytest.approx(1.005e-3)
+
+
+def test_nvls_all_reduce_moves_less_than_a_ring() -> None:
+    # each GPU's link carries (n+1)/n·S per direction (switch reduction + multicast), a ring 2(n−1)/n·S
+    assert nvls_all_reduce_s(8, 1e9, 1e10, 25e-6) == pytest.approx(25e-6 + 9 / 8 * 0.1)
+    assert nvls_all_reduce_s(8, 1e9, 1e10, 0.0) / flat_collective_s(AR, RING, 8, 1e9, 1e10, 0.0) == pytest.approx(
+        (9 / 8) / (14 / 8))
+    assert nvls_all_reduce_s(1, 1e9, 1e10, 25e-6) == 0.0
 
 
 def test_single_rank_is_free() -> None:

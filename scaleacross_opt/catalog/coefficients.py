@@ -133,6 +133,14 @@ NVLINK_PROTOCOL_EFFICIENCY = 0.8
 # Per-hop latency inside an NVLink domain (NVSwitch + NCCL protocol step), µs; NCCL's LL protocol
 # step latency on NVLink is a few µs (NCCL tuning model, src/graph/tuning.cc base latencies).
 NVLINK_LATENCY_US = 3.0
+# NVLink SHARP (NVLS) all-reduce inside an NVSwitch domain (cost.collectives.nvls_all_reduce_s): the
+# switch's in-network reduction reaches this fraction of the link's NCCL rate (NVLINK_PROTOCOL_EFFICIENCY
+# × line rate, NCCL's bwIntra); NCCL's own tuning model, src/tuning/nvls.cc nvlsEfficiency: Hopper 0.85,
+# Blackwell 0.74. GPUs absent here have no NVLS (Ampere's NVSwitch has no SHARP).
+NVLS_EFFICIENCY = {"H100-SXM-80GB": 0.85, "H800": 0.85, "H200-SXM-141GB": 0.85, "B200": 0.74, "GB200-NVL72": 0.74}
+# Latency of one NVLS collective on NVLink, µs: NCCL's tuning model, src/graph/tuning.cc
+# hwLat[NVLINK][NVLS][SIMPLE] = 25.
+NVLS_LATENCY_US = 25.0
 # Equal-cost paths a flow can hash onto: inside a building, a leaf's uplinks (Gangidi et al.: ECMP
 # imbalance > 1.2 across 16 links); across buildings, the links of a bundle (same order; assumption).
 INTRA_BUILDING_PATHS = 16

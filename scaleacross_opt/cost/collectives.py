@@ -25,6 +25,8 @@ collective runs at the slowest crossed level:
 - all-to-all: each member sends (n−1)/n·S; the share for peers outside a level's part,
           (n − members per part)/n·S, crosses that level at 1/members of its bandwidth; all peers
           are posted at once (grouped send/recv), so one α of the farthest level is paid.
+- nvls (NVLink SHARP, all-reduce inside one NVSwitch domain): α + (n+1)/n·S/B — see
+          ``nvls_all_reduce_s``.
 - p2p: α + S/B.
 """
 
@@ -71,6 +73,19 @@ def ring_half_s(n: int, bytes_: float, bandwidth_bytes_per_s: float, latency_s: 
 def p2p_s(bytes_: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
     """Point-to-point transfer: α + S/B."""
     return latency_s + bytes_ / bandwidth_bytes_per_s
+
+
+def nvls_all_reduce_s(n: int, bytes_: float, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+    """NVLink SHARP all-reduce of ``n`` GPUs on one NVSwitch: α + (n+1)/n·S/B.
+
+    The switch reduces (multimem.ld_reduce): it reads every GPU's shard for the GPU that owns it, so each
+    GPU's link carries S out and its reduced S/n in; then each GPU stores its shard to the multicast
+    address and the switch replicates it: S/n out, S in. NCCL pipelines the two phases, so each direction
+    carries (n+1)/n·S, against 2(n−1)/n·S for a ring; B is the switch's reduction rate.
+    """
+    if n <= 1 or bytes_ <= 0:
+        return 0.0
+    return latency_s + (n + 1) / n * bytes_ / bandwidth_bytes_per_s
 
 
 def flat_collective_s(
