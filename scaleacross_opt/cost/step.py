@@ -656,56 +656,54 @@ def _path(workload: StepWorkload, group: PipelineGroup) -> _Path:
 
 
 def _round_trip_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """The slowest pair of stages joined by a cross-building boundary (``_stage_pair_s``) in the op order
-    the simulator finds fastest: the least over the candidate orders (0 when the schedule cannot run the
-    shape: there is no op order to follow)."""
+    """``_boundary_stages_s`` over the stages at cross-building boundaries, in the op order the simulator
+    finds fastest: the least over the candidate orders (0 when the schedule cannot run the shape: there is
+    no op order to follow)."""
     path = _path(workload, group)
     n = len(path.stage) // 2
-    pairs = {(min(a, b), max(a, b)) for a, b in itertools.pairwise(path.stage[:n])
-             if group.stage_building[a] != group.stage_building[b]}
-    if not pairs or get_schedule(workload.schedule).check(workload.pp, workload.virtual_stages,
-                                                          workload.num_microbatches):
+    stages = sorted({s for a, b in itertools.pairwise(path.stage[:n])
+                     if group.stage_building[a] != group.stage_building[b] for s in (a, b)})
+    if not stages or get_schedule(workload.schedule).check(workload.pp, workload.virtual_stages,
+                                                           workload.num_microbatches):
         return 0.0
-    return min(max(_stage_pair_s(workload, group, path, pair, times) for pair in pairs)
-               for times in workload.candidate_op_times())
+    return min(_boundary_stages_s(workload, group, path, stages, times) for times in workload.candidate_op_times())
 
 
-def _stage_pair_s(workload: StepWorkload, group: PipelineGroup, path: _Path, pair: tuple[int, int],
-                  times: tuple[int, int, int]) -> float:
-    """Lower bound on the pipeline makespan: the simulator's timeline of two stages in different buildings
-    that some boundary joins, everything else relaxed.
+def _boundary_stages_s(workload: StepWorkload, group: PipelineGroup, path: _Path, stages: list[int],
+                       times: tuple[int, int, int]) -> float:
+    """Lower bound on the pipeline makespan: the simulator's timeline of the stages at cross-building
+    boundaries, everything else relaxed.
 
-    The two stages run their exact op orders; every transfer between them crosses the path between their
-    buildings first come, first served in the sender's order (the simulator's one NCCL communicator per
-    peer: x = bytes ÷ the replica's share, then α). A step of a micro-batch whose input comes from another
-    stage starts no earlier than the last step of that micro-batch on the pair plus the work and transfers
-    (alone) in between, or Σ of them from the start. The step then lasts ≥ every op's end plus the rest of
-    its micro-batch's path. Dropping constraints only makes it shorter, so this stays below the simulator.
+    Those stages run their exact op orders; a transfer between two of them is served first come, first
+    served in its sender's order on the sender's path to that building (to that stage inside a building) —
+    the simulator's one NCCL communicator per peer: x = bytes ÷ the replica's share, then α. A step of a
+    micro-batch whose input comes from any other stage starts no earlier than the micro-batch's last step
+    on these stages plus the work and transfers (alone) in between, or Σ of them from the start. The step
+    then lasts ≥ every op's end plus the rest of its micro-batch's path. Dropped: the other stages' orders
+    and queues, and transfers of different senders sharing one path, so this stays below the simulator.
 
     What it sees that per-op sums miss: a stage sends activation j only after the backward its order puts
     before F(j), whose gradient must first cross back, so only the micro-batches the orders admit between a
     forward and its backward are in flight over the boundary — each round trip x_f + x_b + ops carries that
     few (Little's law over the boundary; 1F1B: pp − a at upstream stage a) instead of the path streaming
-    one per x — and V-shaped / interleaved schedules put several boundaries between the same two stages,
-    whose transfers queue on one path.
+    one per x; V-shaped / interleaved schedules put several boundaries between the same two stages, whose
+    transfers queue on one path; and slow boundaries in series hold each other up.
     """
     size, m = workload.p2p_bytes, workload.num_microbatches
     streams = stage_streams(workload.schedule, workload.pp, workload.virtual_stages, m, times)
-    steps = len(path.stage)
+    steps, where = len(path.stage), group.stage_building
     cum, work, total = path.cum, path.work, path.cum[-1]
-    in_pair = [s in pair for s in path.stage]
-    nearest = [max((r for r in range(q) if in_pair[r]), default=-1) for q in range(steps)]
+    member = [s in stages for s in path.stage]
+    nearest = [max((r for r in range(q) if member[r]), default=-1) for q in range(steps)]
     weight = group.bwd_weight_s
     end, arrive = [-1.0] * (steps * m), [-1.0] * (steps * m)  # per (step, micro-batch); −1: not yet known
-    link = {s: workload.link(group.stage_building[s], group.stage_building[o]) for s, o in (pair, pair[::-1])}
-    serial = {s: size / link[s].bandwidth_bytes_per_s for s in pair}
-    free = dict.fromkeys(pair, 0.0)  # the path out of s is busy until then
-    clock = dict.fromkeys(pair, 0.0)  # s's stream is busy until then
-    next_op = dict.fromkeys(pair, 0)
+    free: dict[tuple[int, str | int], float] = {}  # (sender, its path) busy until
+    clock = dict.fromkeys(stages, 0.0)  # a stage's stream is busy until then
+    next_op = dict.fromkeys(stages, 0)
     best = 0.0
-    while any(next_op[s] < len(streams[s]) for s in pair):
+    while any(next_op[s] < len(streams[s]) for s in stages):
         moved = False
-        for s in pair:
+        for s in stages:
             ops = streams[s]
             while next_op[s] < len(ops):
                 kind, chunk, j = ops[next_op[s]]
@@ -713,8 +711,7 @@ def _stage_pair_s(workload: StepWorkload, group: PipelineGroup, path: _Path, pai
                     clock[s] += float(weight[s, chunk])
                 else:
                     q = path.step_of[(kind, s, chunk)]
-                    start = max(clock[s], cum[q])
-                    if q > 0 and in_pair[q - 1] and path.stage[q - 1] != s:
+                    if q > 0 and member[q - 1] and path.stage[q - 1] != s:
                         ready = arrive[q * m + j]
                     elif nearest[q] >= 0:
                         r = nearest[q]
@@ -724,17 +721,20 @@ def _stage_pair_s(workload: StepWorkload, group: PipelineGroup, path: _Path, pai
                         ready = 0.0
                     if ready < 0:
                         break
-                    clock[s] = max(start, ready) + work[q]
+                    clock[s] = max(clock[s], cum[q], ready) + work[q]
                     end[q * m + j] = clock[s]
                     best = max(best, clock[s] + total - cum[q + 1] + path.hop[q])
-                    if q + 1 < steps and in_pair[q + 1] and path.stage[q + 1] != s:
-                        free[s] = max(clock[s], free[s]) + serial[s]
-                        arrive[(q + 1) * m + j] = free[s] + link[s].latency_s
+                    if q + 1 < steps and member[q + 1] and path.stage[q + 1] != s:
+                        to = path.stage[q + 1]
+                        link = workload.link(where[s], where[to])
+                        key = (s, where[to] if where[to] != where[s] else to)
+                        free[key] = max(clock[s], free.get(key, 0.0)) + size / link.bandwidth_bytes_per_s
+                        arrive[(q + 1) * m + j] = free[key] + link.latency_s
                 next_op[s] += 1
                 moved = True
                 best = max(best, clock[s])
         if not moved:
-            raise ValueError(f"{workload.schedule}: op orders of stages {pair} deadlock")
+            raise ValueError(f"{workload.schedule}: op orders of stages {stages} deadlock")
     return best
 
 
@@ -813,7 +813,7 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base + H, Little's-law bound
     m·(Σ_s T_s + H)/in_flight (a micro-batch holds one of in_flight slots of stage 0 for a whole round
     trip), each cross-building path's serialised transfers (``_link_bound_s``), each cross-building
-    boundary's round trips through its two stages' op orders (``_boundary_round_trips_s``)), where H is one
+    boundary's round trips through the op orders of its stages (``_boundary_stages_s``)), where H is one
     forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
     Ignored (left to the simulator): transfers of different boundaries queueing on one path, overlap of
     the p2p transfers with compute beyond what those bounds see, DP syncs of different stages sharing a
