@@ -479,16 +479,16 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
     "pp-latency": (
         "per-micro-batch cross-building latency",
-        "1F1B-style schedules alternate F and B on the stages next to the slow boundary, so a micro-batch's "
-        "forward must cross and its backward return before the next backward can run: the boundary "
-        "latency sits on the critical path about once per micro-batch pair; the closed form counts one "
-        "forward + one backward traversal (estimate low).",
+        "the boundary latency sits on the critical path once per round trip through the stages away from the "
+        "cross-building boundaries (CrossPipe's window switches at the pipeline's ends), whose op orders the "
+        "closed form relaxes to their work alone; it follows only the stages at the boundaries (estimate low).",
     ),
     "pp-contention": (
         "link contention within a replica",
-        "a replica's transfers queue on its share of the slow cross-building link (one transfer takes longer "
-        "than an op); the simulator shares the link between them, the closed form only adds one traversal "
-        "and a whole-step link-busy bound (estimate low).",
+        "transfers of different senders share one cross-building path (interleaved: the wrap-around and a "
+        "boundary stage), or stages away from the boundaries wait for queued transfers; the closed form "
+        "follows the op orders of the stages at cross-building boundaries and each sender's own queue, the "
+        "rest as the path's total busy time (estimate low).",
     ),
     "pp-overlap": (
         "p2p overlap",
