@@ -50,7 +50,8 @@ def expand(document: Any, steps: list[Step]) -> list[list[Step]]:
             where = format_path(prefix) or "the instance"
             if isinstance(step, str) and step != WILDCARD:
                 if not isinstance(node, dict):
-                    raise ValueError(f"{where} is {_kind(node)}, it has no field {step!r}")
+                    hint = " (select elements with [i] or [*])" if isinstance(node, list) else ""
+                    raise ValueError(f"{where} is {_kind(node)}, it has no field {step!r}{hint}")
                 if step not in node:
                     raise ValueError(f"{where} has no field {step!r} (fields: {', '.join(node)})")
                 following.append([*prefix, step])
