@@ -454,13 +454,14 @@ CAUSES: dict[str, tuple[str, str]] = {
     "zb-h1-bubble": (
         "ZB-H1 bubble at F = B = W",
         "bubble_fraction (p−1)/(3m) is the paper's (p−1)(T_F+T_B−T_W) per stage evaluated at T_F = T_B = T_W; "
-        "the real W is shorter than (F+B)/2, so each stage idles longer (estimate low).",
+        "the real W is shorter than (F+B)/2, so each stage idles longer; the closed form runs the end stages' "
+        "real orders, not the middle ones' (estimate low).",
     ),
     "zb-v-order": (
         "ZB-V greedy order vs its bound",
         "the ZB-V op order is the faster of two greedy list schedules (unit op times, and the plan's F:B:W "
-        "ratio) computed with free transfers; with p2p latency and unequal stages it still waits beyond the "
-        "(p−1)/(6m) bound the closed form uses (estimate low).",
+        "ratio) computed with free transfers; with p2p latency and unequal stages its middle stages wait "
+        "beyond the (p−1)/(6m) bound, and the closed form runs only the end stages' real orders (estimate low).",
     ),
     "dualpipe-bubble": (
         "DualPipe bubble at F = B = W",
@@ -470,7 +471,8 @@ CAUSES: dict[str, tuple[str, str]] = {
     "crosspipe-bubble": (
         "CrossPipe bubble at T_F = T_B",
         "bubble_fraction uses (p−1)(m+p)/(2pm), i.e. T_F = T_B; the backward (B+W) is ≈ 1.5–2× the forward, "
-        "so the (p−1)·T_B wait at every window switch is longer (estimate low).",
+        "so the (p−1)·T_B wait at every window switch is longer; the closed form runs only the end stages' "
+        "real orders (estimate low).",
     ),
     "stage-imbalance": (
         "uneven stages",

@@ -586,7 +586,7 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
                for a, b in itertools.pairwise(where))
     in_flight = schedule.in_flight_microbatches(pp, v, m)
     little = m * (float(per_stage.sum()) + hops) / max(in_flight, 1.0)  # Little's law at stage 0
-    total = max(base + hops, little, _link_bound_s(workload, group), _round_trip_s(workload, group))
+    total = max(base + hops, little, _link_bound_s(workload, group), _stage_orders_s(workload, group))
     return total, {"compute_s": m * slowest, "bubble_s": bubble, "exposed_pp_s": total - base}
 
 
@@ -655,24 +655,25 @@ def _path(workload: StepWorkload, group: PipelineGroup) -> _Path:
     )
 
 
-def _round_trip_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """``_boundary_stages_s`` over the stages at cross-building boundaries, in the op order the simulator
-    finds fastest: the least over the candidate orders (0 when the schedule cannot run the shape: there is
-    no op order to follow)."""
+def _stage_orders_s(workload: StepWorkload, group: PipelineGroup) -> float:
+    """``_stage_relaxation_s`` over the stages at the pipeline's ends (the first stage, which starts and
+    ends every micro-batch, and the stage where its forward turns into its backward) and at cross-building
+    boundaries, in the op order the simulator finds fastest: the least over the candidate orders (0 when
+    the schedule cannot run the shape: there is no op order to follow)."""
     path = _path(workload, group)
     n = len(path.stage) // 2
     stages = sorted({s for a, b in itertools.pairwise(path.stage[:n])
-                     if group.stage_building[a] != group.stage_building[b] for s in (a, b)})
-    if not stages or get_schedule(workload.schedule).check(workload.pp, workload.virtual_stages,
-                                                           workload.num_microbatches):
+                     if group.stage_building[a] != group.stage_building[b] for s in (a, b)}
+                    | {path.stage[0], path.stage[n - 1]})
+    if get_schedule(workload.schedule).check(workload.pp, workload.virtual_stages, workload.num_microbatches):
         return 0.0
-    return min(_boundary_stages_s(workload, group, path, stages, times) for times in workload.candidate_op_times())
+    return min(_stage_relaxation_s(workload, group, path, stages, times) for times in workload.candidate_op_times())
 
 
-def _boundary_stages_s(workload: StepWorkload, group: PipelineGroup, path: _Path, stages: list[int],
-                       times: tuple[int, int, int]) -> float:
-    """Lower bound on the pipeline makespan: the simulator's timeline of the stages at cross-building
-    boundaries, everything else relaxed.
+def _stage_relaxation_s(workload: StepWorkload, group: PipelineGroup, path: _Path, stages: list[int],
+                        times: tuple[int, int, int]) -> float:
+    """Lower bound on the pipeline makespan: the simulator's timeline of ``stages``, everything else
+    relaxed.
 
     Those stages run their exact op orders; a transfer between two of them is served first come, first
     served in its sender's order on the sender's path to that building (to that stage inside a building) —
@@ -687,7 +688,9 @@ def _boundary_stages_s(workload: StepWorkload, group: PipelineGroup, path: _Path
     forward and its backward are in flight over the boundary — each round trip x_f + x_b + ops carries that
     few (Little's law over the boundary; 1F1B: pp − a at upstream stage a) instead of the path streaming
     one per x; V-shaped / interleaved schedules put several boundaries between the same two stages, whose
-    transfers queue on one path; and slow boundaries in series hold each other up.
+    transfers queue on one path; and slow boundaries in series hold each other up. At the pipeline's ends
+    it sees the schedule's idle time at the real F:B:W durations (ZB-H1, CrossPipe windows), which the
+    bubble fraction prices at F = B = W.
     """
     size, m = workload.p2p_bytes, workload.num_microbatches
     streams = stage_streams(workload.schedule, workload.pp, workload.virtual_stages, m, times)
@@ -813,7 +816,7 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     stages: (m + pp − 1)·T resp. (pp−1)/v·T of bubble), then max(base + H, Little's-law bound
     m·(Σ_s T_s + H)/in_flight (a micro-batch holds one of in_flight slots of stage 0 for a whole round
     trip), each cross-building path's serialised transfers (``_link_bound_s``), each cross-building
-    boundary's round trips through the op orders of its stages (``_boundary_stages_s``)), where H is one
+    boundary's round trips through the op orders of its stages and the ends' (``_stage_relaxation_s``)), where H is one
     forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
     Ignored (left to the simulator): transfers of different boundaries queueing on one path, overlap of
     the p2p transfers with compute beyond what those bounds see, DP syncs of different stages sharing a
