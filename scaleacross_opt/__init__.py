@@ -10,6 +10,8 @@ Python API::
 __version__ = "0.1.0"
 
 import importlib
+import sys
+import types
 from typing import Any
 
 from .errors import InfeasibleError, InputError, NoPlanInTimeError
@@ -19,7 +21,6 @@ from .io import load_instance, load_plan
 # attribute is the function itself, so ``help(scaleacross_opt.solve)`` shows its real signature.
 _LAZY = {
     "solve": "scaleacross_opt.optimizer",
-    "compare": "scaleacross_opt.compare",
     "simulate": "scaleacross_opt.simulator",
     "sweep": "scaleacross_opt.capacity.run",
     "requirement": "scaleacross_opt.capacity.requirement",
@@ -32,6 +33,23 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+class _Package(types.ModuleType):
+    """``compare`` names both a submodule and its function. Importing a submodule sets it as an attribute of its
+    package, which would shadow a lazily exported function of the same name; this property keeps
+    ``scaleacross_opt.compare`` the function (``from scaleacross_opt.compare import …`` still reads the module)."""
+
+    @property
+    def compare(self) -> Any:
+        """``scaleacross_opt.compare.compare``, imported on first use."""
+        return importlib.import_module("scaleacross_opt.compare").compare
+
+    @compare.setter
+    def compare(self, module: types.ModuleType) -> None:
+        """The import system's setattr of the submodule: kept in ``sys.modules`` only."""
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = ["InfeasibleError", "InputError", "NoPlanInTimeError", "__version__", "compare", "load_instance", "load_plan",
            "requirement", "simulate", "solve", "sweep"]

@@ -108,3 +108,18 @@ def test_a_foreign_results_file_is_an_input_error(run_cli, small: Path, tmp_path
     result = run_cli(["sweep", small, "--vary", "job.global_batch_size=128", "--out", out])
     assert result.exit_code == 1 and result.stderr.startswith(f"{out}: line 1: not a sweep record")
     assert out.read_text() == "hello\n"
+
+
+def test_methods_compare_at_each_point(run_cli, small: Path, tmp_path: Path) -> None:
+    out, table = tmp_path / "r.jsonl", tmp_path / "r.csv"
+    result = run_cli(["sweep", small, "--vary", f"{BANDWIDTHS}=9143", "--methods", "planner,production", "--out", out,
+                      "--csv", table, "--time-limit", "10", "--quiet"])
+    assert result.exit_code == 0, result.stderr
+    (record,) = _lines(out)
+    assert record["methods"] == ["planner", "production"]
+    rows = {row["method"]: row for row in record["results"]}
+    assert set(rows) == {"planner", "production"} and rows["production"]["speedup_vs_production_pct"] == 0
+    assert rows["planner"]["step_time_s"] <= rows["production"]["step_time_s"]
+    assert [row["method"] for row in csv.DictReader(table.open())] == ["planner", "production"]
+    unknown = run_cli(["sweep", small, "--vary", f"{BANDWIDTHS}=9143", "--methods", "planner,nope", "--out", out])
+    assert unknown.exit_code == 2 and "unknown method(s) nope" in unknown.stderr

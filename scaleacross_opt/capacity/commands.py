@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +27,9 @@ from ..cli import (
 from .executors import EXECUTORS
 from .grid import Axis, parse_axis
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 
 def _axes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[Axis]:
     try:
@@ -38,9 +41,15 @@ def _axes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) ->
 def _methods(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
     if value is None:
         return None
+    from ..compare import method_names
+
     names = [name.strip() for name in value.split(",")]
     if not all(names) or len(set(names)) != len(names):
         raise click.BadParameter(f"{value!r}: expected distinct method names separated by commas", ctx, param)
+    unknown = [name for name in names if name not in method_names()]
+    if unknown:
+        raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(method_names())}", ctx,
+                                 param)
     return names
 
 
@@ -56,14 +65,13 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return number
 
 
-def _write_png(path: Path, data: bytes) -> None:
-    """Write a PNG whole or not at all (``io.write_atomic`` writes text): a temporary file renamed over ``path``."""
-    tmp = path.with_name(f".{path.name}.partial")
+def _save_png(fig: Figure, path: Path) -> None:
+    """Write ``fig`` whole or not at all; a write failure is invalid output (exit 1)."""
+    from ..compare import save_png
+
     try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        save_png(fig, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         _cannot_write(path, err)
 
 
@@ -139,7 +147,7 @@ def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_
           workers: int | None, time_limit_s: float, seed: int, csv_path: Path | None, plot_path: Path | None,
           quiet: bool) -> None:
     """Solve INSTANCE at every combination of the --vary values; one line per point on stdout."""
-    from .plot import sweep_png
+    from .plot import sweep_figure
     from .run import sweep as run_sweep
     from .table import csv_text
 
@@ -164,7 +172,7 @@ def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_
     if csv_path:
         _write_atomic(csv_path, csv_text(records))
     if plot_path:
-        _write_png(plot_path, sweep_png(records))
+        _save_png(sweep_figure(records), plot_path)
     if not quiet:
         statuses = [r.status for r in records]
         counts = {status: statuses.count(status) for status in dict.fromkeys(statuses)}
@@ -190,7 +198,7 @@ def requirement(instance_path: Path, field_path: str, within: float, precision: 
                 seed: int, plot_path: Path | None, as_json: bool, quiet: bool) -> None:
     """Smallest bandwidth (largest latency) of --field at which the best step is within --within of ideal links."""
     from ..spec import Plan
-    from .plot import requirement_png
+    from .plot import requirement_figure
     from .requirement import requirement as ask
 
     _distinct_outputs(("--plot", plot_path), instance_path)
@@ -218,4 +226,4 @@ def requirement(instance_path: Path, field_path: str, within: float, precision: 
                    else f"; VIOLATED by {len(answer.violations)} pair(s) of measured points (a solve cut short by its "
                         "time limit? raise --time-limit)"))
     if plot_path:
-        _write_png(plot_path, requirement_png(answer))
+        _save_png(requirement_figure(answer), plot_path)

@@ -1,8 +1,8 @@
-"""PNG figures (matplotlib, Agg): a sweep's metrics against each varied parameter, a requirement's curve."""
+"""Figures (matplotlib, no display needed): a sweep's metrics against each varied parameter, a requirement's
+curve. ``compare.save_png`` writes them."""
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +23,6 @@ def _figure(rows: int, cols: int) -> Figure:
     return Figure(figsize=(4.2 * cols + 1.0, 2.8 * rows + 0.6), layout="constrained")
 
 
-def _png(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    return buffer.getvalue()
-
-
 def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
@@ -37,7 +31,7 @@ def _short(path: str) -> str:
     return path.replace("cluster.", "").replace("job.", "")
 
 
-def sweep_png(records: list[SweepRecord]) -> bytes:
+def sweep_figure(records: list[SweepRecord]) -> Figure:
     """Step time, MFU (and speedup vs production when compared) against each varied parameter: one line per
     method (and per combination of the other parameters), each point marked by the plan's cross-building
     dimension. Points without a plan are left out."""
@@ -90,10 +84,10 @@ def sweep_png(records: list[SweepRecord]) -> bytes:
                    title="chosen plan", title_fontsize="small")
     else:
         fig.text(0.5, 0.5, "no point has a plan", ha="center", va="center")
-    return _png(fig)
+    return fig
 
 
-def requirement_png(req: Requirement) -> bytes:
+def requirement_figure(req: Requirement) -> Figure:
     """The measured step time against the field's value, the target line and the answer."""
     fig = _figure(1, 1)
     ax = fig.subplots()
@@ -108,4 +102,4 @@ def requirement_png(req: Requirement) -> bytes:
     ax.set_ylabel("step time (s)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
-    return _png(fig)
+    return fig

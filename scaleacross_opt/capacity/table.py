@@ -22,10 +22,10 @@ def rows(records: list[SweepRecord]) -> list[dict[str, Any]]:
     """Flat rows: the varied parameters, then status, method, metrics, cross-building dimension and plan."""
     out = []
     for record in records:
-        head = {**record.params, "seed": record.seed, "time_limit_s": record.time_limit_s, "status": record.status,
-                "reason": record.reason}
+        head = {**record.params, "seed": record.seed, "time_limit_s": record.time_limit_s, "status": record.status}
         for result in record.results or [None]:
-            out.append({**head, "method": result.method if result else "",
+            out.append({**head, "reason": record.reason or (result.reason if result else None) or "",
+                        "method": result.method if result else "",
                         **{m: getattr(result, m) if result else None for m in METRICS},
                         "cross_building": result.cross_building if result else "",
                         "solver_status": result.status if result else "",
