@@ -62,3 +62,16 @@ def test_untrimmed_layers_recovers_counts_when_trimming_spills_into_the_next_bui
     assert untrimmed_layers(layers, [1, 3, 1], head_stage=4) == [5, 4, 4]
     assert untrimmed_layers([3, 5, 4], [3], head_stage=2) is None  # no single pass explains it
     assert untrimmed_layers([7], [1], head_stage=0) == [7]  # one stage: the head alone
+
+
+def test_cpsat_model_of_every_shipped_instance_is_valid(instances_dir) -> None:
+    """No coefficient × domain product overflows int64 (CP-SAT would answer MODEL_INVALID)."""
+    from scaleacross_opt.io import load_instance
+
+    for path in sorted(instances_dir.glob("*.yaml")):
+        if "infeasible" in path.name:
+            continue
+        instance = load_instance(path)
+        space = prune_space(instance, design_space(instance))
+        pv = build_model(instance, space, build_coefficients(instance, space))
+        assert pv.model.Validate() == "", (path.name, pv.model.Validate()[:300])

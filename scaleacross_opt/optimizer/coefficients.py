@@ -16,7 +16,7 @@ from ..cost.compute import LayerKind, Shard, layer_kinds, layer_times, lm_head_t
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import fabric_path, layer_comm
+from ..cost.step import cross_aggregate, fabric_path, layer_comm
 from ..schedules import get_schedule
 from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
@@ -47,6 +47,11 @@ class Coefficients:
     zero3_gather_us_per_layer: dict[Shape, int]  # ZeRO-3 weight all-gathers (fwd + bwd) per layer per micro-batch
     zero3_step_us: dict[Shape, int]  # latency of one ZeRO-3 all-gather ring step for this shape's DP path
     zero3_on_nic: dict[Shape, bool]  # no pipeline depth fits this shape's DP group in one NVLink domain
+    zero3_fabric: dict[Shape, tuple[int, int]]  # (zero3_gather_us_per_layer, zero3_step_us) on the NICs
+    model_param_mib: float  # parameters of all layers (every shard), Mi-parameters: what DP across moves
+    layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
+    route_us_per_mib: dict[Transport, float]  # per MiB over the best route with every GPU's connection
+    flat_route_us_per_mib: dict[Transport, float]  # per MiB over the best route with one NVLink domain's connections
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,6 +159,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
     zero3_nic: dict[Shape, bool] = {}
+    zero3_fabric: dict[Shape, tuple[int, int]] = {}
     counts = Counter(layer_kinds(model))
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
@@ -176,10 +182,12 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
-        gather_bw, gather_latency, on_nic = _dp_path_best(instance, space, shape, intra_transports)
+        (nic_bw, nic_latency), (gather_bw, gather_latency), on_nic = _dp_path_best(instance, space, shape,
+                                                                                   intra_transports)
         zero3_nic[shape] = on_nic
         zero3[shape] = int(2 * per_gpu * co.WEIGHT_BYTES / 2 / gather_bw * 1e6)
         zero3_step[shape] = int(gather_latency * 1e6)
+        zero3_fabric[shape] = (int(2 * per_gpu * co.WEIGHT_BYTES / 2 / nic_bw * 1e6), int(nic_latency * 1e6))
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
                / n / KIB for zero in space.zero_stages}
     capacity = {b.name: int(((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)
@@ -199,6 +207,18 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
              CollectiveAlgorithm.HIERARCHICAL: "buildings"}
     optimizer_us = {b.name: full_params * co.ADAM_BYTES_PER_PARAM / n
                     / (b.gpu_spec.hbm_bandwidth_gb_per_s * 1e9 * co.HBM_EFFICIENCY) * 1e6 for b in buildings}
+    # DP across buildings: a flat ring's groups hold one connection per member of an NVLink domain at the
+    # building edge (members per domain × groups ≤ the domain), hierarchical rings one per GPU; aggregate
+    # goodput grows with connections, so the largest count bounds each from above.
+    domain = max(nvlink_domain(b) for b in buildings)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    route_us, flat_route_us = {}, {}
+    for t in cross_transports:
+        for out, connections in ((route_us, lambda a, b: max(instance.cluster.building(x).num_gpus for x in (a, b))),
+                                 (flat_route_us, lambda a, b: domain)):
+            best = max(cross_aggregate(instance, a, b, t.config, connections(a, b)).bandwidth_bytes_per_s
+                       for a, b in pairs)
+            out[t] = min(MIB / best * 1e6, CLAMP_US_PER_MIB)
     clamp = _clamp_us
     cross_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in cross_us.items()}
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
@@ -212,24 +232,31 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         layer_grad_mib=full_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_gather_us_per_layer=zero3, zero3_step_us=zero3_step,
-        zero3_on_nic=zero3_nic,
+        zero3_on_nic=zero3_nic, zero3_fabric=zero3_fabric,
+        model_param_mib=sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model)) / MIB,
+        layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
+        route_us_per_mib=route_us, flat_route_us_per_mib=flat_route_us,
     )
 
 
 def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transports: list[Transport]
-                  ) -> tuple[float, float, bool]:
-    """Best-case bandwidth (bytes/s) and latency (s) of a DP collective's path for ``shape``, and whether it
-    is always the NICs: the NICs of the group's members in one NVLink domain (at most domain ÷ tp), or
-    NVLink if some pipeline depth leaves a whole DP group (tp·cp·dp = N/pp GPUs) inside one node."""
+                  ) -> tuple[tuple[float, float], tuple[float, float], bool]:
+    """Best-case (bandwidth bytes/s, latency s) of a DP collective's path for ``shape`` on the NICs — the
+    NICs of the group's members in one NVLink domain (at most domain ÷ tp) — and over any path (NVLink
+    if some pipeline depth leaves a whole DP group, tp·cp·dp = N/pp GPUs, inside one node), and whether
+    the path is always the NICs."""
     paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
     sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in instance.cluster.buildings)
-    bandwidth = max(p.bandwidth_bytes_per_s for p in paths) * sharing
-    latency = min(p.latency_s for p in paths)
-    node = max(min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings)
-    if instance.num_gpus // max(space.pp) <= node:
+    nic = (max(p.bandwidth_bytes_per_s for p in paths) * sharing, min(p.latency_s for p in paths))
+    if instance.num_gpus // max(space.pp) <= node_gpus(instance):
         nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
-        return max(bandwidth, nvlink), min(latency, co.NVLINK_LATENCY_US * 1e-6), False
-    return bandwidth, latency, True
+        return nic, (max(nic[0], nvlink), min(nic[1], co.NVLINK_LATENCY_US * 1e-6)), False
+    return nic, nic, True
+
+
+def node_gpus(instance: Instance) -> int:
+    """GPUs of the largest NVLink-connected node of the cluster."""
+    return max(min(b.gpus_per_node, b.gpu_spec.nvlink_domain_size) for b in instance.cluster.buildings)
 
 
 # Coefficients beyond these are clamped (a plan that slow is never a candidate; the simulator still

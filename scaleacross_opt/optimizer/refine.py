@@ -120,6 +120,8 @@ def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline:
     budget = 10.0 if deadline is None else min(10.0, max(0.05, deadline - time.perf_counter()))
     solver = _solver(seed, 1, budget)
     status = solver.Solve(model)
+    if status == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"invalid CP-SAT model: {model.Validate()[:300]}")
     if status == cp_model.INFEASIBLE:
         return None
     return int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else int(solver.BestObjectiveBound())
@@ -254,6 +256,8 @@ class _Search:
                     and solver.WallTime() < remaining - INTERRUPT_SLACK_S):
                 raise KeyboardInterrupt
             stats.rounds += 1
+            if status == cp_model.MODEL_INVALID:  # a bug in the model (e.g. a coefficient that overflows int64)
+                raise RuntimeError(f"invalid CP-SAT model: {pv.model.Validate()[:300]}")
             if status == cp_model.INFEASIBLE:  # every plan left was examined or cut off by the incumbent
                 stats.cpsat_wall_s += time.perf_counter() - t0
                 if self.best is not None:

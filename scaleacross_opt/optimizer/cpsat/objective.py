@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 from ...catalog import coefficients as co
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
-from ..coefficients import Coefficients
+from ..coefficients import Coefficients, node_gpus
 from .variables import PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -191,6 +191,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
     zero3_nic = _add_zero3_gathers(pv, coeffs, pipeline) if 3 in pv.zero.values else []
+    route_busy = _add_dp_route_bounds(pv, coeffs)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
     dp_total = _add_dp_sync(pv, coeffs)
@@ -212,41 +213,124 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer)
-    for scaled_bytes, condition in zero3_nic:
+    for scaled_bytes, condition in zero3_nic + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
 
 
+def _shape_var(pv: PlanVars, name: str, values: list[int]) -> cp_model.IntVar:
+    var = _new(pv.model, name, max(values))
+    pv.model.Add(var == pv.shape.linear(values))
+    return var
+
+
+RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
+STREAM_CAP = 10**17  # a stage's gather stream (µs) before the cap at HORIZON_US: domains must sum within int64
+
+
+def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
+    """Latency steps of one all-gather over ≥ d ranks (``cost.collectives.flat_collective_s``): PAT
+    ⌈log2 d⌉, ring and tree d − 1, hierarchical ≥ 1 on the route (its outer ring over ≥ 2 buildings)."""
+    if algorithm is CollectiveAlgorithm.HIERARCHICAL:
+        return 1
+    return math.ceil(math.log2(max(d, 2))) if algorithm is CollectiveAlgorithm.PAT else d - 1
+
+
 def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar
                        ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
-    """ZeRO-3: the gathers of every micro-batch run on one stream, so the pipeline lasts at least their
-    sum: m·layers·(bytes/bandwidth) + 2(dp·cp−1) ring steps per micro-batch, where m·(dp−1) = gbs/mbs − m.
+    """ZeRO-3 gathers each layer's weights before its forward and again before its backward, on one stream
+    per stage, so a stage lasts at least m·layers_b·g, g ≥ one layer's pair of all-gathers over n ≥ dp ranks:
+    - inside a building: ring volume 2(n−1)/n × the shape's bytes over its best path (the NICs once
+      d > node GPUs: no DP group fits a node), plus that path's latency per step (``_gather_steps`` of
+      the fewest-step intra algorithm; hierarchical runs as ring inside a building);
+    - DP across buildings (dp, pp+dp): the layer's non-expert weights over the route with one NVLink
+      domain's connections (flat) or every GPU's (hierarchical), × (n−1)/n (flat) or ½, plus the route's
+      latency per step (``_gather_steps``).
     Returns (scaled µs, condition) bounds of the whole step for shapes whose DP group always crosses NICs:
     each GPU's NIC also carries the step's gradient reduce-scatter (half a micro-batch's two gathers)."""
-    model = pv.model
+    model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
-    gbs = pv.instance.job.global_batch_size
-    weights = [coeffs.zero3_gather_us_per_layer[shape] for shape in pv.shape.values]
-    per_layer = _new(model, "zero3_us_per_layer", max(weights))
-    model.Add(per_layer == pv.shape.linear(weights))
-    step_us = _new(model, "zero3_step_us", max(coeffs.zero3_step_us.values()))
-    model.Add(step_us == pv.shape.linear([coeffs.zero3_step_us[shape] for shape in pv.shape.values]))
-    ring_steps = _new(model, "zero3_ring_steps", 2 * gbs)
-    model.Add(ring_steps == 2 * (pv.micro_batch.linear([gbs // b for b in pv.micro_batch.values]) - pv.microbatches))
-    latency = _product(model, "zero3_latency_us", ring_steps, step_us)
+    node = node_gpus(instance)
+    best = _shape_var(pv, "zero3_us_per_layer", [coeffs.zero3_gather_us_per_layer[s] for s in pv.shape.values])
+    best_step = _shape_var(pv, "zero3_step_us", [coeffs.zero3_step_us[s] for s in pv.shape.values])
+    nic = _shape_var(pv, "zero3_nic_us_per_layer", [coeffs.zero3_fabric[s][0] for s in pv.shape.values])
+    nic_step = _shape_var(pv, "zero3_nic_step_us", [coeffs.zero3_fabric[s][1] for s in pv.shape.values])
+    raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
+    ring_alg, hierarchical = CollectiveAlgorithm.RING, CollectiveAlgorithm.HIERARCHICAL
+    intra = [ring_alg if a is hierarchical else a for a in pv.intra_algorithm.values]
+    for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+        ring = int(SCALE * ring_factor(d))
+        steps = 2 * min(_gather_steps(a, d) for a in intra)
+        model.Add(SCALE * raw >= ring * best + SCALE * steps * best_step).OnlyEnforceIf(d_lit)
+        if d > node:
+            model.Add(SCALE * raw >= ring * nic + SCALE * steps * nic_step).OnlyEnforceIf(d_lit)
+    crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
+    if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
+        for t, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+            for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+                flat = a is not CollectiveAlgorithm.HIERARCHICAL
+                per_mib = (coeffs.flat_route_us_per_mib if flat else coeffs.route_us_per_mib)[t]
+                volume = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES * per_mib
+                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                    factor = ring_factor(d) / 2 if flat else 0.5
+                    latency = 2 * _gather_steps(a, d) * coeffs.cross_hop_us[t]
+                    rhs = min(RHS_CAP, int(SCALE * (factor * volume + latency)))
+                    for mode_lit in crossing:
+                        model.Add(SCALE * raw >= rhs).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
+    most = instance.job.global_batch_size * instance.job.model_spec.layers  # m · layers_b ≤ this
+    ceiling = max(1, min(HORIZON_US, STREAM_CAP // (most + 1)))  # m · layers · gather ≤ STREAM_CAP
+    gather = _new(model, "zero3_gather_pair_us", ceiling)
+    model.AddMinEquality(gather, [raw, ceiling])
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == pv.shape.linear([int(coeffs.zero3_on_nic[shape]) for shape in pv.shape.values]))
     step_bounds = []
-    for b, building in enumerate(pv.instance.cluster.buildings):
-        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], per_layer)
+    for b, building in enumerate(instance.cluster.buildings):
+        m_layers = model.NewIntVar(0, most, f"m*layers[{building.name}]")
+        model.AddMultiplicationEquality(m_layers, [pv.microbatches, pv.layers[b]])
+        stream = _new(model, f"zero3_stream_us[{building.name}]", STREAM_CAP)
+        model.AddMultiplicationEquality(stream, [m_layers, gather])
+        capped = _new(model, f"zero3_stream_capped_us[{building.name}]")  # the pipeline's domain ends at HORIZON
+        model.AddMinEquality(capped, [stream, HORIZON_US])
+        model.Add(pipeline >= capped).OnlyEnforceIf([zero3, pv.used[b]])
+        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], best)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
         for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
             ring = int(SCALE * ring_factor(d))
-            model.Add(SCALE * pipeline >= ring * total + SCALE * latency).OnlyEnforceIf([zero3, d_lit])
             step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
     return step_bounds
+
+
+def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
+    """DP across buildings (dp mode): every stage's DP groups span every used building, so each route of
+    their rings carries the whole model's gradient reduce-scatter and (ZeRO-1/2) parameter all-gather —
+    ZeRO-3: its two all-gathers per micro-batch and the reduce-scatter — all stages at once, at most at the
+    best route's goodput with every GPU connected: step ≥ volume · µs/MiB. Volume factor: (n−1)/n for a
+    flat ring over n ≥ dp ranks, ½ for hierarchical (the outer ring over ≥ 2 buildings). Returns (scaled
+    µs, condition) bounds of the step."""
+    if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
+        return []
+    dp_mode = pv.mode.lit(CrossBuilding.DP)
+    zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
+    per_microbatch_cap = 10**18 // pv.instance.job.global_batch_size  # × m stays in int64
+    bounds = []
+    for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+        whole = coeffs.model_param_mib * coeffs.route_us_per_mib[transport]
+        for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+            factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in zip(pv.dp.values, pv.dp.lits, strict=True)]
+                       if algorithm is not CollectiveAlgorithm.HIERARCHICAL else [(SCALE / 2, [])])
+            for factor, d_cond in factors:
+                when = [dp_mode, t_lit, a_lit, *d_cond]
+                sync = min(RHS_CAP, int(factor * whole * (co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES)))
+                if zero3 is None:
+                    bounds.append((sync, when))
+                    continue
+                bounds.append((sync, [*when, zero3.Not()]))
+                gathers = min(per_microbatch_cap, int(factor * whole * 2 * co.WEIGHT_BYTES))
+                reduce = min(RHS_CAP, int(factor * whole * co.GRAD_REDUCE_BYTES))
+                bounds.append((gathers * pv.microbatches + reduce, [*when, zero3]))
+    return bounds
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
