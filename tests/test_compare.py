@@ -45,7 +45,7 @@ def test_text_ends_with_the_explanation(load_shipped_instance) -> None:
 
 def test_cli_json_rows_keys_and_plot(run_cli, instances_dir, tmp_path) -> None:
     plot = tmp_path / "breakdown.png"
-    result = run_cli(["compare", instances_dir / f"{SMALL}.yaml", "--methods", "planner,one-at-a-time,exhaustive",
+    result = run_cli(["compare", instances_dir / f"{SINGLE}.yaml", "--methods", "planner,one-at-a-time,exhaustive",
                       "--time-limit", "2", "--json", "--plot", plot, "--quiet"])
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
@@ -53,7 +53,7 @@ def test_cli_json_rows_keys_and_plot(run_cli, instances_dir, tmp_path) -> None:
     for row in rows:
         assert list(row)[:len(KEYS)] == KEYS
     assert rows[-1]["plan"] is None and rows[-1]["reason"].startswith("space too large")
-    assert rows[0]["plan"]["placement"]["cross_building"] in ("dp", "pp")
+    assert rows[0]["plan"]["placement"]["cross_building"] == "none"  # one building
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["breakdown.png"]  # no temporary file left behind
 
