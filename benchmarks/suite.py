@@ -13,7 +13,8 @@ through ``Instance.with_updates`` (validated like a file):
 Each point runs one ``compare`` (planner, production, crossdc-sota, one-at-a-time, random, annealing,
 exhaustive), every search with the planner's wall time. Writes ``suite.csv`` and ``suite.png`` (speedup
 over production per point) to ``--out-dir``, prints a table, the points where a baseline beat the
-planner (and why), and LAST the headline: max and geometric-mean speedup of the planner over
+planner (and why), a summary per grid dimension (geometric-mean speedup of the planner over production,
+crossdc-sota and the best search baseline), and LAST the headline: max and geometric-mean speedup of the planner over
 production and over crossdc-sota, and the number of points where the planner is slower than any baseline.
 
 Usage: python benchmarks/suite.py [--time-limit S] [--points N] [--out-dir DIR] [--seed N]
@@ -51,6 +52,7 @@ MIXES = (("H100-SXM-80GB", "B200"), ("H100-SXM-80GB", "H200-SXM-141GB"), ("A100-
 NIC_GBPS = 400.0  # H100 / H200 / B200 / H800 scale-out NIC per GPU (catalog)
 DEFAULT_TIME_LIMIT_S = 6.0  # 43 points × (planner + 3 searches + exhaustive's count) ≈ 25–35 min on 2 cores
 SLOWER_TOLERANCE = 1e-9  # relative: equal step times are ties, not losses
+SEARCHES = ("one-at-a-time", "random", "annealing", "exhaustive")  # the per-group table's "best search"
 
 
 @dataclass(frozen=True)
@@ -126,11 +128,11 @@ def _by_method(rows: list[CompareRow]) -> dict[str, CompareRow]:
     return {r.method: r for r in rows}
 
 
-def _ratio(base: CompareRow | None, planner: CompareRow | None) -> float | None:
-    """t_base / t_planner (None when either has no plan)."""
-    if base is None or planner is None or base.step_time_s is None or planner.step_time_s is None:
+def _ratio(base: CompareRow | None, other: CompareRow | None) -> float | None:
+    """t_base / t_other, the speedup of ``other`` over ``base`` (None when either has no plan)."""
+    if base is None or other is None or base.step_time_s is None or other.step_time_s is None:
         return None
-    return base.step_time_s / planner.step_time_s
+    return base.step_time_s / other.step_time_s
 
 
 def _losses(rows: list[CompareRow]) -> list[str]:
@@ -156,6 +158,25 @@ def _losses(rows: list[CompareRow]) -> list[str]:
 
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _fastest(rows: list[CompareRow], methods: str | tuple[str, ...]) -> CompareRow | None:
+    """The row of the fastest of ``methods`` that found a plan (None if none did)."""
+    names = (methods,) if isinstance(methods, str) else methods
+    found = [r for r in rows if r.method in names and r.step_time_s is not None]
+    return min(found, key=lambda r: r.step_time_s or math.inf, default=None)
+
+
+def _ratios(results: list[tuple[Point, list[CompareRow]]], methods: str | tuple[str, ...]) -> list[float]:
+    """Per point with plans on both sides: the fastest of ``methods``' step ÷ the planner's step."""
+    ratios = [_ratio(_fastest(rows, methods), _by_method(rows).get(PLANNER)) for _, rows in results]
+    return [r for r in ratios if r is not None]
+
+
+def _summary(results: list[tuple[Point, list[CompareRow]]], methods: str | tuple[str, ...]) -> float | None:
+    """Geometric mean of ``_ratios`` (None without any point)."""
+    ratios = _ratios(results, methods)
+    return _geomean(ratios) if ratios else None
 
 
 def _pct(ratio: float | None) -> str:
@@ -194,16 +215,10 @@ def write_png(path: Path, results: list[tuple[Point, list[CompareRow]]]) -> None
     fig = Figure(figsize=(max(8.0, 0.32 * len(results) + 3.0), 5.0), layout="constrained")
     ax = fig.subplots()
     x = list(range(len(results)))
-    searches = [m for m in method_names() if m not in (PLANNER, "production", "crossdc-sota")]
-    series = {"planner": [PLANNER], "crossdc-sota": ["crossdc-sota"], "best search baseline": searches}
+    series = {"planner": PLANNER, "crossdc-sota": "crossdc-sota", "best search baseline": SEARCHES}
     for (label, members), marker in zip(series.items(), ("o", "s", "^"), strict=True):
-        ys = []
-        for _, rows in results:
-            by = _by_method(rows)
-            times = [by[m].step_time_s for m in members if m in by and by[m].step_time_s is not None]
-            prod = by.get("production")
-            ys.append(prod.step_time_s / min(times) if times and prod and prod.step_time_s else float("nan"))
-        ax.scatter(x, ys, marker=marker, label=label, alpha=0.8)
+        ys = [_ratio(_by_method(rows).get("production"), _fastest(rows, members)) for _, rows in results]
+        ax.scatter(x, [math.nan if y is None else y for y in ys], marker=marker, label=label, alpha=0.8)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_yscale("log")
     ax.set_xticks(x, [p.name for p, _ in results], rotation=90, fontsize="x-small")
@@ -259,10 +274,15 @@ def main(argv: list[str] | None = None) -> int:
     for point, losses in losing:
         for loss in losses:
             print(f"planner beaten at {point.name}: {loss}")
-    vs_prod = [r for _, rows in results if (r := _ratio(_by_method(rows).get("production"),
-                                                         _by_method(rows).get(PLANNER))) is not None]
-    vs_cross = [r for _, rows in results if (r := _ratio(_by_method(rows).get("crossdc-sota"),
-                                                          _by_method(rows).get(PLANNER))) is not None]
+    print(f"\n{'group':<22}{'points':>7}{'vs production':>15}{'vs crossdc-sota':>17}{'vs best search':>16}"
+          f"{'planner slower':>16}")
+    for group in dict.fromkeys(p.group for p, _ in results):
+        members = [(p, rows) for p, rows in results if p.group == group]
+        slower = sum(1 for p, _ in losing if p.group == group)
+        print(f"{group:<22}{len(members):>7}{_pct(_summary(members, 'production')):>15}"
+              f"{_pct(_summary(members, 'crossdc-sota')):>17}{_pct(_summary(members, SEARCHES)):>16}{slower:>16}")
+    vs_prod = _ratios(results, "production")
+    vs_cross = _ratios(results, "crossdc-sota")
     print(f"\nheadline ({len(results)} points, {args.time_limit:g} s per search, "
           f"{time.perf_counter() - started:.0f} s): planner over production: max {_pct(max(vs_prod, default=None))}, "
           f"geometric mean {_pct(_geomean(vs_prod) if vs_prod else None)} ({len(vs_prod)} points); "
