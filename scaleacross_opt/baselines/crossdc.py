@@ -1,7 +1,9 @@
 """``crossdc-sota``: the cross-data-center state of the art (CrossPipe, Chen et al. ATC'25; Atlas,
 Dahal et al. 2024): pipeline stages across buildings in proportion to their GPUs, data parallelism
 inside each building, default network settings, sized like ``production`` (TP = NVLink domain, the
-smallest PP ≥ the number of buildings that fits memory), with each cross-DC schedule the project has
+smallest PP ≥ the number of buildings that fits memory; the smallest CP whose micro-batch count some
+cross-DC schedule accepts — with few sequences per replica, as on 102,400 GPUs, CP 1 leaves fewer
+micro-batches than stages), with each cross-DC schedule the project has
 — CrossPipe's window schedule and the V-shaped DualPipe and ZB-V, whose LM-head stage stays in the
 first building — at the smallest virtual-stage count it accepts. The baseline reports the fastest.
 """
@@ -37,4 +39,4 @@ def crossdc_plans(instance: Instance, space: DesignSpace) -> list[Plan]:
             if v is not None:
                 yield place(instance, sizing.plan(name, v), CrossBuilding.PP)
 
-    return smallest_fitting(instance, space, build, min_pp=max(2, len(instance.cluster.buildings)))
+    return smallest_fitting(instance, space, build, min_pp=max(2, len(instance.cluster.buildings)), grow_cp=True)

@@ -1,7 +1,8 @@
 """The loop the rule-of-thumb baselines share: the smallest pipeline that fits memory.
 
 Megatron-style sizing (Narayanan et al., SC'21): TP = the largest allowed degree (the NVLink domain,
-capped by the heads), the smallest CP and micro-batch, ZeRO at its lowest allowed stage, the default
+capped by the heads), the smallest CP (or, for schedules that need many micro-batches, the smallest CP
+that runs them) and micro-batch, ZeRO at its lowest allowed stage, the default
 network; then PP ascending, for each the largest EP, then recompute modes in the space's order (none
 before selective before full), until some plan of the baseline is valid (memory included).
 """
@@ -48,11 +49,15 @@ def default_network(space: DesignSpace) -> NetworkConfig:
     return NetworkConfig(intra_building=intra, cross_building=space.cross_network[0] if space.cross_network else intra)
 
 
-def smallest_fitting(instance: Instance, space: DesignSpace, build: Builder, min_pp: int = 1) -> list[Plan]:
-    """The valid plans ``build`` makes at the first (pp ≥ ``min_pp``, ep, recompute) where any is valid."""
+def smallest_fitting(instance: Instance, space: DesignSpace, build: Builder, min_pp: int = 1,
+                     grow_cp: bool = False) -> list[Plan]:
+    """The valid plans ``build`` makes at the first (pp ≥ ``min_pp``, ep, recompute) where any is valid;
+    with ``grow_cp``, CP degrees are tried in ascending order, each with every pp, until one gives a
+    valid plan (more CP ranks per replica, fewer replicas: more micro-batches per pipeline)."""
     n, gbs = instance.num_gpus, instance.job.global_batch_size
-    tp, cp, mbs = max(space.tp), min(space.cp), min(space.micro_batch_sizes)
-    for pp in (pp for pp in sorted(space.pp) if pp >= min_pp):
+    tp, mbs = max(space.tp), min(space.micro_batch_sizes)
+    for cp, pp in ((cp, pp) for cp in sorted(space.cp)[:None if grow_cp else 1] for pp in sorted(space.pp)
+                   if pp >= min_pp):
         if n % (tp * cp * pp) or gbs % (n // (tp * cp * pp) * mbs):
             continue
         dp = n // (tp * cp * pp)
