@@ -615,7 +615,7 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     return best
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=8)  # an entry holds pp·v·m·3 ops: few, large
 def stage_streams(schedule_name: str, pp: int, v: int, m: int,
                   times: tuple[int, int, int]) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """Op order of every stage for relative op durations ``times`` (``timed_stage_ops``) as (kind, chunk,
@@ -638,6 +638,7 @@ class _Path:
 
 
 def _path(workload: StepWorkload, group: PipelineGroup) -> _Path:
+    """The way of ``group``'s micro-batches through its positions (``_Path``)."""
     at = _positions(workload, group)
     n, size, where = len(at.chunks), workload.p2p_bytes, at.buildings
     route = [*range(n), *reversed(range(n))]
