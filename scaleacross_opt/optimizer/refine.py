@@ -136,6 +136,7 @@ POLISH_MIN_S = 0.5  # the local-search phase after a round lasts at least this l
 # Before the first round, local search from the start plans gets this share of the time: the first round's
 # presolve can take seconds on large models, and its incumbent cut and hint are better for it.
 FIRST_POLISH_SHARE = 0.25
+ILS_PATIENCE = 8  # a polish phase ends after this many kicks in a row that did not improve the incumbent
 
 
 class _Search:
@@ -217,11 +218,13 @@ class _Search:
 
     def polish(self, until: float) -> None:
         """Local search until ``until``: climb from each unpolished candidate, best first, then iterated
-        local search (kick the incumbent, climb) while time is left."""
+        local search (kick the incumbent, climb) until ``ILS_PATIENCE`` kicks in a row found nothing better
+        (so a search that converges does the same work on any machine) or time is up."""
         until = min(until, self.deadline)
         space = self.pv.space
         instance = self.pv.instance
-        while time.perf_counter() < until:
+        fruitless = 0
+        while time.perf_counter() < until and fruitless < ILS_PATIENCE:
             if self.unpolished:
                 self.unpolished.sort(key=Candidate.key)
                 origin = self.unpolished.pop(0)
@@ -231,7 +234,11 @@ class _Search:
                 kicked = kick(instance, space, self.best.plan, self.rng)
                 if kicked is None:
                     return
+                before = self.best
                 origin = self.evaluate(kicked)
+                climb(instance, space, origin, self.evaluate, until)
+                fruitless = fruitless + 1 if self.best is before else 0
+                continue
             climb(instance, space, origin, self.evaluate, until)
 
     def set_cutoff(self) -> None:
