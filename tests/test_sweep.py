@@ -47,6 +47,14 @@ def test_sweep_writes_jsonl_csv_png_and_resumes(run_cli, small: Path, tmp_path: 
     assert other_seed.exit_code == 0 and other_seed.stderr == "" and len(_lines(out)) == 4
 
 
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_sigkill_then_rerun_completes_every_point_once(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-c", "from scaleacross_opt.cli import main; main()", "sweep", str(small),
@@ -60,9 +68,13 @@ def test_sigkill_then_rerun_completes_every_point_once(small: Path, tmp_path: Pa
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _group_alive(proc.pid):  # its worker process notices and ends itself
+            assert time.monotonic() < deadline, "a worker outlived the killed sweep by 30 s"
+            time.sleep(0.1)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker process it left behind
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL
     first = out.read_bytes()
     with out.open("ab") as handle:  # what a kill in the middle of a write would leave
@@ -80,6 +92,8 @@ def test_bad_vary_is_a_usage_error(run_cli, small: Path, tmp_path: Path) -> None
     for vary in ["nonsense", f"{BANDWIDTHS}=100..10x2", f"{BANDWIDTHS}=1,1"]:
         result = run_cli(["sweep", small, "--vary", vary, "--out", out])
         assert result.exit_code == 2 and "--vary" in result.stderr, result.stderr
+    twice = run_cli(["sweep", small, "--vary", f"{BANDWIDTHS}=1", "--vary", f"{BANDWIDTHS}=2", "--out", out])
+    assert twice.exit_code == 2 and "varied twice" in twice.stderr
     assert not out.exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -33,9 +34,14 @@ if TYPE_CHECKING:
 
 def _axes(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[Axis]:
     try:
-        return [parse_axis(spec) for spec in value]
+        axes = [parse_axis(spec) for spec in value]
     except ValueError as err:
         raise click.BadParameter(str(err), ctx, param) from None
+    paths = [axis.path for axis in axes]
+    repeated = sorted({path for path in paths if paths.count(path) > 1})
+    if repeated:
+        raise click.BadParameter(f"a field is varied twice: {', '.join(repeated)}", ctx, param)
+    return axes
 
 
 def _methods(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
@@ -151,6 +157,8 @@ def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_
     from .run import sweep as run_sweep
     from .table import csv_text
 
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise click.UsageError("--executor ray needs Ray: pip install 'scaleacross-opt[ray]'")
     claimed: dict[Path, str] = {}
     for option, path in [("--out", out_path), ("--csv", csv_path), ("--plot", plot_path)]:
         if path is not None:

@@ -12,6 +12,8 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Iterator
 from typing import Literal
 
@@ -32,11 +34,22 @@ def cpus_per_point(workers: int, cpus: int) -> int:
     return max(1, cpus // workers)
 
 
-def _pin_worker(cpu_sets: multiprocessing.Queue) -> None:
-    """Pool initializer: take one CPU set and run this worker process on it only."""
+PARENT_POLL_S = 1.0  # how often a worker checks that the sweep that started it is still alive
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once its parent is gone (a killed sweep must not leave solving orphans behind)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _init_worker(cpu_sets: multiprocessing.Queue) -> None:
+    """Pool initializer: run this worker on one CPU set only, and end it with its parent."""
     cpus = cpu_sets.get()
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
 
 def run_local(tasks: list[PointTask], workers: int) -> Iterator[SweepRecord]:
@@ -51,13 +64,14 @@ def run_local(tasks: list[PointTask], workers: int) -> Iterator[SweepRecord]:
     for i in range(workers):  # disjoint CPU sets when there are enough CPUs, else no pinning
         cpu_sets.put(cpus[i * share:(i + 1) * share] if workers <= len(cpus) else [])
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(tasks)) or 1, mp_context=context,
-                                                initializer=_pin_worker, initargs=(cpu_sets,)) as pool:
+                                                initializer=_init_worker, initargs=(cpu_sets,)) as pool:
         futures = [pool.submit(run_point, task) for task in tasks]
         try:
             for future in concurrent.futures.as_completed(futures):
                 yield future.result()
-        finally:
+        except BaseException:  # Ctrl-C, or the caller stopped: drop the points not started, do not wait for them
             pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def run_ray(tasks: list[PointTask], workers: int) -> Iterator[SweepRecord]:

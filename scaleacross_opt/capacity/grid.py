@@ -75,8 +75,7 @@ def parse_axis(spec: str) -> Axis:
 
 
 def points(axes: list[Axis]) -> list[dict[str, Any]]:
-    """The Cartesian product of ``axes``, each point a ``{path: value}`` mapping (the first axis varies slowest)."""
+    """The Cartesian product of ``axes`` (distinct paths), each point a ``{path: value}`` mapping (the first axis
+    varies slowest)."""
     paths = [axis.path for axis in axes]
-    if len(set(paths)) != len(paths):
-        raise ValueError(f"a field is varied twice: {', '.join(p for p in paths if paths.count(p) > 1)}")
     return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*(axis.values for axis in axes))]

@@ -44,10 +44,7 @@ def sweep(instance: Instance, vary: Mapping[str, Sequence[Any]], *, out: str | P
     ``input_error`` (its value is out of bounds, …) and the reason.
     """
     _check_paths(instance, list(vary), source)
-    try:
-        grid = points([Axis(path, tuple(values)) for path, values in vary.items()])
-    except ValueError as err:
-        raise InputError([InputIssue(source, "", str(err))]) from None
+    grid = points([Axis(path, tuple(values)) for path, values in vary.items()])
     digest = instance_digest(instance)
     chosen = tuple(methods) if methods is not None else None
     tasks = [PointTask(instance, digest, source, params, seed, time_limit_s, chosen) for params in grid]
