@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from .requirement import Requirement
 
 LABELS = {"step_time_s": "step time (s)", "mfu": "MFU", "speedup_vs_production_pct": "speedup vs production (%)"}
+MAX_LABELLED_TICKS = 5
+CMAPS = ("Blues", "Oranges", "Greens", "Reds", "Purples", "Greys")  # one per method
 MARKERS = {"none": "o", "pp": "s", "dp": "^", "pp+dp": "D"}  # the cross-building dimension of the chosen plan
 
 
@@ -33,11 +35,16 @@ def _short(path: str) -> str:
 
 def sweep_figure(records: list[SweepRecord]) -> Figure:
     """Step time, MFU (and speedup vs production when compared) against each varied parameter: one line per
-    method (and per combination of the other parameters), each point marked by the plan's cross-building
+    method and combination of the other parameters (a colour per method, lighter to darker along the
+    combinations; the legend names the first and last), each point marked by the plan's cross-building
     dimension. Points without a plan are left out."""
+    from matplotlib import colormaps
+    from matplotlib.ticker import NullFormatter
+
     paths = list(records[0].params) if records else []
     ok = [r for r in records if r.status == "ok"]
     metrics = [m for m in LABELS if any(getattr(res, m) is not None for r in ok for res in r.results)]
+    methods = list(dict.fromkeys(res.method for r in ok for res in r.results))
     fig = _figure(max(1, len(metrics)), max(1, len(paths)))
     axes = fig.subplots(max(1, len(metrics)), max(1, len(paths)), squeeze=False)
     dims_seen: set[str] = set()
@@ -45,28 +52,36 @@ def sweep_figure(records: list[SweepRecord]) -> Figure:
         values = list(dict.fromkeys(r.params[path] for r in records))
         numeric = _numeric(values)
         position = {v: (v if numeric else i) for i, v in enumerate(values)}
-        lines: dict[str, list[tuple[Any, Any]]] = defaultdict(list)  # label -> [(x, method result)]
+        combos = list(dict.fromkeys(tuple((p, v) for p, v in r.params.items() if p != path) for r in records))
+        lines: dict[tuple[str, int], list[tuple[Any, Any]]] = defaultdict(list)  # (method, combo) -> [(x, result)]
         for record in ok:
-            others = ", ".join(f"{_short(p)}={v}" for p, v in record.params.items() if p != path)
+            combo = combos.index(tuple((p, v) for p, v in record.params.items() if p != path))
             for result in record.results:
-                label = result.method + (f" ({others})" if others else "")
-                lines[label].append((position[record.params[path]], result))
+                lines[(result.method, combo)].append((position[record.params[path]], result))
         for row, metric in enumerate(metrics):
             ax = axes[row][col]
-            for label, points in lines.items():
-                points = sorted((x, res) for x, res in points if getattr(res, metric) is not None)
+            for (method, combo), points in lines.items():
+                points = sorted(((x, res) for x, res in points if getattr(res, metric) is not None),
+                                key=lambda point: point[0])
                 if not points:
                     continue
+                shade = 0.45 + 0.55 * combo / max(1, len(combos) - 1)
+                color = colormaps[CMAPS[methods.index(method) % len(CMAPS)]](shade)
+                named = len(combos) <= 3 or combo in (0, len(combos) - 1)
+                others = ", ".join(f"{_short(p)}={v}" for p, v in combos[combo])
+                label = (method + (f" ({others})" if others else "")) if named else None
                 xs = [x for x, _ in points]
                 ys = [getattr(res, metric) for _, res in points]
-                (line,) = ax.plot(xs, ys, label=label, linewidth=1.2)
+                ax.plot(xs, ys, label=label, color=color, linewidth=1.2)
                 for x, y, (_, res) in zip(xs, ys, points, strict=True):
                     dim = res.cross_building or "none"
                     dims_seen.add(dim)
-                    ax.plot([x], [y], linestyle="none", marker=MARKERS.get(dim, "x"), color=line.get_color(),
-                            markersize=6)
+                    ax.plot([x], [y], linestyle="none", marker=MARKERS.get(dim, "x"), color=color, markersize=5)
             if numeric and values and min(values) > 0 and max(values) / min(values) >= 8:
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+                if len(values) <= MAX_LABELLED_TICKS:  # few values: label each (log axes label only decades)
+                    ax.set_xticks(values, [f"{v:g}" for v in values])
             if not numeric:
                 ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=20)
             ax.set_xlabel(_short(path))
