@@ -20,3 +20,18 @@ def test_readme_pipeline_block_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     out = capsys.readouterr().out
     assert "Gb/s keeps the step within 5 % of ideal links" in out
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_pipeline_functions_are_exported_with_their_signatures() -> None:
+    import inspect
+
+    import scaleacross_opt
+    import scaleacross_opt.compare  # importing the submodule must not replace the exported function
+
+    expected = {"compare": "scaleacross_opt.compare", "simulate": "scaleacross_opt.simulator",
+                "sweep": "scaleacross_opt.capacity.run", "requirement": "scaleacross_opt.capacity.requirement"}
+    for name, module in expected.items():
+        function = getattr(scaleacross_opt, name)
+        assert inspect.isfunction(function) and function.__module__ == module, name
+        assert "instance" in inspect.signature(function).parameters
+    assert callable(scaleacross_opt.compare)
