@@ -68,12 +68,6 @@ def test_validate_shipped_models(run_cli, models_dir: Path) -> None:
     assert result.stdout.count("ok (model)") == len(paths)
 
 
-def test_compare_is_not_available_yet(run_cli, instances_dir: Path) -> None:
-    result = run_cli(["compare", instances_dir / "single-building-llama3-70b.yaml"])
-    assert result.exit_code == 2
-    assert "not available yet" in result.stderr
-
-
 def test_exit_codes_are_documented() -> None:
     codes = (cli.EXIT_OK, cli.EXIT_INVALID, cli.EXIT_USAGE, cli.EXIT_INFEASIBLE, cli.EXIT_INTERNAL)
     assert codes == (0, 1, 2, 3, 4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
@@ -52,6 +53,8 @@ class Coefficients:
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
     route_us_per_mib: dict[Transport, float]  # per MiB over the best route with every GPU's connection
     flat_route_us_per_mib: dict[Transport, float]  # per MiB over the best route with one NVLink domain's connections
+    pair_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]  # route_us_per_mib per building pair i < j
+    pair_flat_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]  # flat_route_us_per_mib per pair i < j
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -211,14 +214,20 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     # building edge (members per domain × groups ≤ the domain), hierarchical rings one per GPU; aggregate
     # goodput grows with connections, so the largest count bounds each from above.
     domain = max(nvlink_domain(b) for b in buildings)
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    route_us, flat_route_us = {}, {}
-    for t in cross_transports:
-        for out, connections in ((route_us, lambda a, b: max(instance.cluster.building(x).num_gpus for x in (a, b))),
-                                 (flat_route_us, lambda a, b: domain)):
-            best = max(cross_aggregate(instance, a, b, t.config, connections(a, b)).bandwidth_bytes_per_s
-                       for a, b in pairs)
-            out[t] = min(MIB / best * 1e6, CLAMP_US_PER_MIB)
+
+    def per_pair(t: Transport, connections: Callable[[str, str], int]) -> dict[tuple[int, int], float]:
+        out = {}
+        for i, a in enumerate(names):
+            for j, b in enumerate(names[i + 1:], start=i + 1):
+                goodput = cross_aggregate(instance, a, b, t.config, connections(a, b)).bandwidth_bytes_per_s
+                out[(i, j)] = min(MIB / goodput * 1e6, CLAMP_US_PER_MIB)
+        return out
+
+    pair_route_us = {t: per_pair(t, lambda a, b: max(instance.cluster.building(x).num_gpus for x in (a, b)))
+                     for t in cross_transports}
+    pair_flat_us = {t: per_pair(t, lambda a, b: domain) for t in cross_transports}
+    route_us = {t: min(us.values()) for t, us in pair_route_us.items()}
+    flat_route_us = {t: min(us.values()) for t, us in pair_flat_us.items()}
     clamp = _clamp_us
     cross_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in cross_us.items()}
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
@@ -235,7 +244,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         zero3_on_nic=zero3_nic, zero3_fabric=zero3_fabric,
         model_param_mib=sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
-        route_us_per_mib=route_us, flat_route_us_per_mib=flat_route_us,
+        route_us_per_mib=route_us, flat_route_us_per_mib=flat_route_us, pair_route_us_per_mib=pair_route_us,
+        pair_flat_route_us_per_mib=pair_flat_us,
     )
 
 

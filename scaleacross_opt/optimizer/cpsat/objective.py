@@ -197,13 +197,27 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     dp_total = _add_dp_sync(pv, coeffs)
     dp_exposed = _new(model, "dp_exposed_us")
     overlap = int(SCALE * co.DP_BACKWARD_OVERLAP_FRACTION)
+    v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
         v_lits = [lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
                   if vv == v]
-        v_on = model.NewBoolVar(f"v={v}")
+        v_on = v_chunks[v] = model.NewBoolVar(f"v={v}")
         model.Add(v_on == sum(v_lits))
         # one chunk's sync, less the part its buckets overlap with that chunk's last backward (≤ t_max/v)
         model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - overlap * t_max).OnlyEnforceIf(v_on)
+
+    # ZeRO-1/2: the all-gather of the updated weights after the optimizer (the same ring, bf16 weights instead
+    # of the reduced gradients: ≥ WEIGHT/GRAD_REDUCE of the sync bound when that ratio is ≤ 1) overlaps only
+    # the next step's first forward of chunk 0 (< t_max / v).
+    gather_exposed = _new(model, "dp_gather_exposed_us")
+    gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
+    ratio = min(1.0, co.WEIGHT_BYTES / co.GRAD_REDUCE_BYTES)
+    if gathering:
+        zero12 = model.NewBoolVar("zero_stage_1_or_2")
+        model.Add(zero12 == sum(gathering))
+        for v, v_on in v_chunks.items():
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * v * ratio) * dp_total - overlap * t_max
+                      ).OnlyEnforceIf([zero12, v_on])
 
     # --- optimizer step ----------------------------------------------------------------------------
     optimizer = _new(model, "optimizer_us")
@@ -212,11 +226,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(SCALE * optimizer >= per * layers_pp[b])
 
     step = _new(model, "step_us")
-    model.Add(step >= pipeline + dp_exposed + optimizer)
+    model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
     for scaled_bytes, condition in zero3_nic + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
-                    optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
+                    gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
 
 
@@ -333,6 +347,36 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_mo
     return bounds
 
 
+def _ring_successors(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
+    """(i, j) → a literal that is true whenever j is the next used building after i in list order
+    (cyclically): the edge i → j of a ring over the used buildings, as a DP-across ring runs."""
+    count = len(pv.used)
+    successors = {}
+    for i in range(count):
+        for j in range(count):
+            if i == j:
+                continue
+            between = [pv.used[(i + k) % count] for k in range(1, (j - i) % count)]
+            lit = pv.model.NewBoolVar(f"ring_edge[{i}->{j}]")
+            pv.model.AddBoolOr([pv.used[i].Not(), pv.used[j].Not(), *between, lit])
+            successors[(i, j)] = lit
+    return successors
+
+
+def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: dict[tuple[int, int], float],
+                               name: str, successors: dict[tuple[int, int], cp_model.IntVar]) -> cp_model.IntVar:
+    """``layer_mib`` over a DP ring's slowest building edge (µs), at the per-pair µs/MiB given: at least the best
+    pair's; in dp mode that of the slowest edge between consecutive used buildings (``_ring_successors``)."""
+    cap = HORIZON_US // max(1, pv.instance.job.model_spec.layers)  # × layers stays within the horizon
+    cost = {pair: min(cap, int(layer_mib * us)) for pair, us in pair_us_per_mib.items()}
+    edge = pv.model.NewIntVar(min(cost.values()), max(cost.values()), f"slowest_edge_us_per_layer[{name}]")
+    if successors:
+        dp_mode = pv.mode.lit(CrossBuilding.DP)
+        for (i, j), lit in successors.items():
+            pv.model.Add(edge >= cost[(min(i, j), max(i, j))]).OnlyEnforceIf([lit, dp_mode])
+    return edge
+
+
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     """Lower bound of one step's gradient sync time if nothing overlapped (µs)."""
     model = pv.model
@@ -393,20 +437,28 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     # tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's ring joins ≥ 2
     # groups). The stages share the route, but the other stages' syncs may end during the drain: only the
     # first stage's layers (whole layers: all its TP groups cross) are bounded, over the route's best goodput.
-    for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        per_layer = coeffs.layer_grad_mib * coeffs.cross_us_per_mib[transport]
+    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
+    for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
         hop = coeffs.cross_hop_us[transport]
+        # a flat ring's tp groups hold one connection per DP member of an NVLink domain at the building edge (≤ the
+        # domain's GPUs together); hierarchical outer rings one per GPU of the stage (≤ the larger end's GPUs)
+        flat_layers_us = _product(model, f"flat_sync_layers_us[{t}]", _slowest_edge_us_per_layer(
+            pv, coeffs.layer_grad_mib, coeffs.pair_flat_route_us_per_mib[transport], f"flat[{t}]", successors),
+            sync_layers)
+        wide_layers_us = _product(model, f"hierarchical_sync_layers_us[{t}]", _slowest_edge_us_per_layer(
+            pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport], f"hierarchical[{t}]", successors),
+            sync_layers)
         for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             steps = coeffs.cross_algorithm_steps[algorithm]
             for mode, mode_lit in crossing:
                 when = [mode_lit, lit, alg_lit]
                 if steps == "buildings":
                     outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
-                    model.Add(cross >= int(per_layer) * sync_layers + hop * outer).OnlyEnforceIf(when)
+                    model.Add(cross >= wide_layers_us + hop * outer).OnlyEnforceIf(when)
                     continue
                 for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
                     latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
-                    model.Add(cross >= int(per_layer * ring_factor(d)) * sync_layers + latency
+                    model.Add(SCALE * cross >= int(SCALE * ring_factor(d)) * flat_layers_us + SCALE * latency
                               ).OnlyEnforceIf([*when, d_lit])
     model.Add(dp_total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
