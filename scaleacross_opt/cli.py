@@ -385,12 +385,14 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
               help="Random seed (same seed, same plan).")
 @click.option("--top-k", type=click.IntRange(min=1), default=8, show_default=True,
               help="Candidates simulated per refinement round.")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="CP-SAT workers per round (default 8; the CPUs the solve may use).")
 @_json_opt
 @click.option("--out", "out_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write the plan here (feeds simulate --plan).")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @handle_errors
-def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_json: bool,
+def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, threads: int | None, as_json: bool,
           out_path: Path | None, quiet: bool) -> None:
     """Find the plan with the shortest simulated step for INSTANCE."""
     from .optimizer import solve as solve_instance
@@ -401,6 +403,7 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, as_js
     instance = _load_instance(instance_path)
     try:
         result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
+                                **({} if threads is None else {"threads": threads}),
                                 progress=None if quiet else lambda msg: click.echo(msg, err=True))
     except (InfeasibleError, NoPlanInTimeError) as err:
         if as_json:  # a pipeline reading stdout gets the status too
@@ -442,13 +445,15 @@ def _method_list(ctx: click.Context, param: click.Parameter, value: str | None) 
               callback=_finite_time_limit, help="Wall-clock budget in seconds of the planner and of each search.")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="Random seed of the planner and of the random searches.")
+@click.option("--threads", type=click.IntRange(1, 256), default=None,
+              help="The planner's CP-SAT workers per round (default 8).")
 @_json_opt
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write a PNG of stacked step-time breakdown bars per method here.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @handle_errors
-def compare(instance_path: Path, methods: list[str] | None, time_limit_s: float, seed: int, as_json: bool,
-            plot_path: Path | None, quiet: bool) -> None:
+def compare(instance_path: Path, methods: list[str] | None, time_limit_s: float, seed: int, threads: int | None,
+            as_json: bool, plot_path: Path | None, quiet: bool) -> None:
     """Compare the planner with the baselines on INSTANCE (same simulator, equal wall time)."""
     from .compare import breakdown_figure, compare_text, save_png
     from .compare import compare as compare_methods
@@ -456,7 +461,7 @@ def compare(instance_path: Path, methods: list[str] | None, time_limit_s: float,
     _distinct_outputs(("--plot", plot_path), instance_path)
     instance = _load_instance(instance_path)
     try:
-        rows = compare_methods(instance, methods=methods, time_limit_s=time_limit_s, seed=seed,
+        rows = compare_methods(instance, methods=methods, time_limit_s=time_limit_s, seed=seed, threads=threads,
                                progress=None if quiet else lambda msg: click.echo(msg, err=True))
     except InfeasibleError as err:
         if as_json:  # a pipeline reading stdout gets the status too, as from solve

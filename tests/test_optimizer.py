@@ -79,6 +79,16 @@ def test_same_seed_same_plan(models_dir) -> None:
     assert first.step_time_s == second.step_time_s
 
 
+def test_thread_count_does_not_change_a_converged_answer(models_dir) -> None:
+    """CP-SAT's portfolio size (a sweep gives each point the CPUs it reserved) changes how the search runs, not
+    the optimum it proves."""
+    instance = tiny_instance(models_dir)
+    single = solve(instance, time_limit_s=60, seed=0, top_k=4, threads=1)
+    portfolio = solve(instance, time_limit_s=60, seed=0, top_k=4, threads=8)
+    assert single.stats.status == portfolio.stats.status == "optimal"
+    assert single.plan == portfolio.plan and single.step_time_s == portfolio.step_time_s
+
+
 def test_infeasible_instance_says_memory_does_not_fit(load_shipped_instance) -> None:
     instance = load_shipped_instance("infeasible-memory-llama3-405b-a100")
     with pytest.raises(InfeasibleError, match="does not fit memory"):

@@ -137,3 +137,22 @@ def test_methods_compare_at_each_point(run_cli, small: Path, tmp_path: Path) -> 
     assert [row["method"] for row in csv.DictReader(table.open())] == ["planner", "production"]
     unknown = run_cli(["sweep", small, "--vary", f"{BANDWIDTHS}=9143", "--methods", "planner,nope", "--out", out])
     assert unknown.exit_code == 2 and "unknown method(s) nope" in unknown.stderr
+
+
+def test_each_point_solves_with_the_cpus_it_reserves(monkeypatch, small: Path, tmp_path: Path) -> None:
+    """Two workers on this machine's CPUs: every point's CP-SAT runs cpus ÷ 2 threads (at least one)."""
+    from scaleacross_opt import load_instance, sweep
+    from scaleacross_opt.capacity import run as run_module
+    from scaleacross_opt.capacity.executors import available_cpus, cpus_per_point
+
+    seen = []
+
+    def fake_run(executor, tasks, workers):
+        seen.extend((executor, workers, task.threads) for task in tasks)
+        return iter([task.record(status="infeasible", reason="not solved in this test") for task in tasks])
+
+    monkeypatch.setattr(run_module, "run", fake_run)
+    sweep(load_instance(small), {BANDWIDTHS: [1600, 3200]}, out=tmp_path / "r.jsonl", workers=2, time_limit_s=5)
+    expected = max(1, len(available_cpus()) // 2)
+    assert expected == cpus_per_point(2, len(available_cpus()))
+    assert seen == [("local", 2, expected), ("local", 2, expected)]

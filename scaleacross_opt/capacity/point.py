@@ -21,6 +21,7 @@ class PointTask:
     seed: int
     time_limit_s: float
     methods: tuple[str, ...] | None
+    threads: int  # CP-SAT workers of each solve: the CPUs the executor reserves for the point
 
     def record(self, **outcome: Any) -> SweepRecord:
         """This point's record with ``outcome`` (status, reason, results)."""
@@ -31,7 +32,7 @@ class PointTask:
 def _solve(instance: Instance, task: PointTask) -> list[MethodResult]:
     from ..optimizer import solve
 
-    result = solve(instance, time_limit_s=task.time_limit_s, seed=task.seed)
+    result = solve(instance, time_limit_s=task.time_limit_s, seed=task.seed, threads=task.threads)
     if result.status == "interrupted":  # Ctrl-C reached the worker: the point is not finished
         raise KeyboardInterrupt
     return [MethodResult(method="solve", step_time_s=result.step_time_s, mfu=result.report.mfu,
@@ -42,7 +43,8 @@ def _solve(instance: Instance, task: PointTask) -> list[MethodResult]:
 def _compare(instance: Instance, task: PointTask) -> list[MethodResult]:
     from ..compare import compare
 
-    rows = compare(instance, methods=list(task.methods or ()), time_limit_s=task.time_limit_s, seed=task.seed)
+    rows = compare(instance, methods=list(task.methods or ()), time_limit_s=task.time_limit_s, seed=task.seed,
+                   threads=task.threads)
     fields = set(MethodResult.model_fields)
     return [MethodResult.model_validate({k: v for k, v in row.to_json().items() if k in fields}) for row in rows]
 

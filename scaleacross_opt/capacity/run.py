@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import InputError, InputIssue
 from ..spec import Instance
-from .executors import ExecutorName, available_cpus, run
+from .executors import ExecutorName, available_cpus, cpus_per_point, run
 from .grid import Axis, points
 from .paths import expand, parse_path
 from .point import PointTask
@@ -38,7 +38,9 @@ def sweep(instance: Instance, vary: Mapping[str, Sequence[Any]], *, out: str | P
     ``methods``, compared: ``scaleacross_opt.compare``). Each finished point is appended to the JSON Lines file
     ``out`` at once; points already there (same base instance, parameters, seed, time limit and methods) are
     not run again, so an interrupted sweep resumes where it stopped. ``executor`` is ``"local"`` (a process
-    pool of ``workers`` processes, default one per CPU) or ``"ray"`` (see ``executors.run_ray``).
+    pool of ``workers`` processes, default one per CPU) or ``"ray"`` (see ``executors.run_ray``); each point's
+    solves run as many CP-SAT workers as the CPUs it reserves (``executors.cpus_per_point``), so concurrent
+    points do not oversubscribe the cores.
     ``progress(done, total)`` is called at the start and after each point. Returns the records in grid order
     (the first path varies slowest); a point without a plan has status ``infeasible``, ``no_plan_in_time`` or
     ``input_error`` (its value is out of bounds, …) and the reason.
@@ -47,7 +49,9 @@ def sweep(instance: Instance, vary: Mapping[str, Sequence[Any]], *, out: str | P
     grid = points([Axis(path, tuple(values)) for path, values in vary.items()])
     digest = instance_digest(instance)
     chosen = tuple(methods) if methods is not None else None
-    tasks = [PointTask(instance, digest, source, params, seed, time_limit_s, chosen) for params in grid]
+    workers = workers or len(available_cpus())
+    threads = cpus_per_point(workers, len(available_cpus()))
+    tasks = [PointTask(instance, digest, source, params, seed, time_limit_s, chosen, threads) for params in grid]
     keys = [point_key(digest, params, seed, time_limit_s, list(chosen) if chosen is not None else None)
             for params in grid]
     store = ResultStore(Path(out))
@@ -57,7 +61,7 @@ def sweep(instance: Instance, vary: Mapping[str, Sequence[Any]], *, out: str | P
     if progress:
         progress(finished, len(tasks))
     if todo:
-        for record in run(executor, todo, workers or len(available_cpus())):
+        for record in run(executor, todo, workers):
             store.append(record)
             done[record.key] = record
             finished += 1

@@ -16,7 +16,7 @@ from ..validation.plan_checks import validate_plan
 from .coefficients import build_coefficients, prune_space
 from .cpsat.build import build_model
 from .diagnose import infeasibility_reason, memory_shortfall
-from .refine import refine
+from .refine import DEFAULT_THREADS, refine
 from .result import SolveResult, SolveStats
 from .space import design_space
 
@@ -36,12 +36,13 @@ FINISH_RESERVE_MAX_S = 3.0
 
 
 def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_k: int = 8,
-          progress: Callable[[str], None] | None = None,
+          threads: int = DEFAULT_THREADS, progress: Callable[[str], None] | None = None,
           evaluate: Callable[[Instance, Plan], StepReport] = _simulate) -> SolveResult:
     """Find the plan with the shortest step for ``instance``.
 
     ``evaluate`` gives the step time the search optimises (default: the discrete-event simulator; the
-    closed-form ``cost.step.estimate`` is a faster, coarser alternative). Same instance and seed give
+    closed-form ``cost.step.estimate`` is a faster, coarser alternative). ``threads``: CP-SAT workers per
+    round (a parallel portfolio; give it the CPUs the solve may use). Same instance and seed give
     the same plan unless the time limit cuts the search short. Raises ``InfeasibleError`` with the
     reason when no plan fits (proven), ``NoPlanInTimeError`` when the time limit ends the search before
     any plan is found. Ctrl-C returns the best plan so far (status ``interrupted``), if there is one.
@@ -71,7 +72,7 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     # refinement stops early enough for its last simulations, the validator and the final estimate
     reserve_s = min(FINISH_RESERVE_MAX_S, FINISH_RESERVE_FRACTION * time_limit_s)
     best, stats = refine(pv, evaluate, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
-                         start_plans=start_plans, progress=progress)
+                         start_plans=start_plans, threads=threads, progress=progress)
     if best is None or best.report is None:
         if stats.status == "time_limit":
             raise NoPlanInTimeError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "

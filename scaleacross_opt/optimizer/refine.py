@@ -40,7 +40,7 @@ from .local_search import Candidate, climb, kick
 from .result import SolveStats
 
 US = 1e-6
-WORKERS = 8  # CP-SAT portfolio size (the optimum value does not depend on it)
+DEFAULT_THREADS = 8  # CP-SAT portfolio size per round (the optimum value does not depend on it)
 ROUND_SHARE = 3  # a round's solve may use 1/3 of the time left …
 ROUND_MIN_S = 2.0  # … but at least this long
 
@@ -143,8 +143,9 @@ class _Search:
     """The state of one hybrid search: the incumbent, every simulated plan, the statistics."""
 
     def __init__(self, pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
-                 progress: Callable[[str], None] | None):
+                 threads: int, progress: Callable[[str], None] | None):
         self.pv, self.simulate, self.deadline, self.seed, self.progress = pv, simulate, deadline, seed, progress
+        self.threads = threads
         self.start = time.perf_counter()
         self.stats = SolveStats(status="exhausted")
         self.best: Candidate | None = None
@@ -266,7 +267,7 @@ class _Search:
             # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
             # round with no solution at the end of its share goes on (up to the deadline) until its first one.
             share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
-            solver = _solver(self.seed, WORKERS, remaining)
+            solver = _solver(self.seed, self.threads, remaining)
             with _Improving(identity_vars(pv), solver, share) as recorder:
                 status = solver.Solve(pv.model, recorder)
             # CP-SAT catches Ctrl-C and just ends the search; a round that stops early without a proof or
@@ -324,13 +325,13 @@ class _Search:
 
 
 def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
-           top_k: int, start_plans: list[Plan] = (), progress: Callable[[str], None] | None = None
-           ) -> tuple[Candidate | None, SolveStats]:
+           top_k: int, start_plans: list[Plan] = (), threads: int = DEFAULT_THREADS,
+           progress: Callable[[str], None] | None = None) -> tuple[Candidate | None, SolveStats]:
     """Run the hybrid search until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
     candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
-    first, so the result is never worse than they are. Ctrl-C returns the best so far with status
-    ``interrupted`` (re-raised if there is none)."""
-    search = _Search(pv, simulate, deadline, seed, progress)
+    first, so the result is never worse than they are; each CP-SAT round runs ``threads`` workers. Ctrl-C
+    returns the best so far with status ``interrupted`` (re-raised if there is none)."""
+    search = _Search(pv, simulate, deadline, seed, threads, progress)
     stats = search.stats
     try:
         search.start_plans(list(start_plans))
