@@ -30,7 +30,8 @@ Defaults for cells a source leaves blank (documented, never tuned to a row):
   Megatron-DeepSpeed's BF16_Optimizer ("its own ZeRO stage 1") and DeepSeek's ZeRO-1 DP (1); Llama 3's FSDP
   that shards gradients and optimizer states but does not reshard weights after forward (2); DeepSpeed
   ZeRO-3, torchtitan FSDP and Megatron-Bridge rows with FSDP=1 (Megatron-FSDP) (3);
-- recompute blank → none; a cell naming only cheap ops (DeepSeek-V3: RMSNorm, MLA up-projection) → none;
+- recompute blank → none; a cell naming the MLA up-projection (DeepSeek-V3: RMSNorm and MLA up-projection)
+  → selective, which for an MLA model recomputes exactly those (``cost.attention``);
 - schedule 1F1B, interleaved 1F1B when v > 1; DeepSeek-V3's DualPipe → the registered ``dualpipe`` schedule
   (its DualPipeV form, v = 2, one parameter copy);
 - EP must divide DP·CP (EP reuses the DP·CP ranks); rows whose EP group spans TP × DP ranks (Megatron-Core
@@ -213,8 +214,8 @@ REASONS = {
     "modelled as per-tensor FP8",
     "swa": "GPT-OSS: half the layers use 128-token sliding-window attention (+ attention sinks); modelled as full "
     "causal attention, which over-charges attention time",
-    "mla": "DeepSeek-V3: MLA approximated as MHA with head_dim 128 (models/deepseek-v3.yaml); the MTP module is not "
-    "modelled",
+    "mla": "DeepSeek-V3: the MTP module is not modelled; MLA's latent projections are priced as plain GEMMs "
+    "(uncalibrated shapes)",
     "ep_fold": "an EP group spanning TP x DP ranks (Megatron-Core MoE parallel folding) is not representable: "
     "Plan.ep must divide dp*cp",
     "dualpipe": "DeepSeek-V3: DualPipe modelled in its DualPipeV form (one parameter copy); node-limited routing and "
@@ -293,7 +294,7 @@ def _recompute(cell: str, framework: str) -> Recompute:
     cell = cell.lower()
     if cell.startswith("full") or ("torchtitan" in framework and cell.startswith("selective")):
         return Recompute.FULL
-    if cell.startswith("selective"):
+    if cell.startswith("selective") or "up-projection" in cell:
         return Recompute.SELECTIVE
     return Recompute.NONE
 

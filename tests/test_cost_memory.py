@@ -90,10 +90,7 @@ def test_schedule_sets_micro_batches_in_flight() -> None:
 # Published runs the memory model cannot yet fit, each for a technique it does not represent. The set is
 # pinned: a run that starts to fit, or a new misfit, fails the test.
 KNOWN_MISFITS = {
-    "304": "DeepSeek-V3: MLA modelled as 128-head MHA (its recomputed up-projection and small latent cache are "
-           "not represented), BF16 Adam moments",
     "327": "Llama 3 70B on GB200: the recipe offloads 40 of 80 layers' activations to CPU",
-    "329": "DeepSeek-V3 on GB200 in BF16: MLA modelled as MHA (see 304)",
 }
 
 

@@ -167,8 +167,10 @@ def test_moe_counts_experts_only_when_every_building_holds_whole_ep_groups(load_
     whole = filled(instance, tp=8, pp=8, dp=32, ep=8, placement=placement)
     split = whole.model_copy(update={"ep": 32})
     h, experts = 7168, 256 * 3 * 7168 * 2048
-    always = 2 * h * 128 * 128 * 2 + h * 256 + 3 * h * 2048  # attention, router, shared expert
-    dense = 2 * h * 128 * 128 * 2 + 3 * h * 18432
+    # MLA: query latent, key/value latent (+ shared rotary key), up-projections, output (128 heads)
+    attention = h * 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 * 128 * (128 + 128) + 128 * 128 * h
+    always = attention + h * 256 + 3 * h * 2048  # attention, router, shared expert
+    dense = attention + 3 * h * 18432
     embeddings = 2 * 129280 * h
     assert term(physical_floor(instance, whole), "link bldg-a->bldg-b") == 3 * dense + 58 * (always + experts) \
         + embeddings

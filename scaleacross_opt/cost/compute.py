@@ -2,16 +2,19 @@
 
 FLOP counts (one forward, one micro-batch of b sequences of s tokens, unsharded, multiply-add = 2):
 
-- attention projections: 2·T·h·(q + 2·kv) for Q/K/V and 2·T·q·h for the output, T = b·s tokens,
-  q = heads·head_dim, kv = kv_heads·head_dim (GQA);
-- attention core: QKᵀ and AV, 4·b·s²·q, halved for causal masking;
+- attention projections (``cost.attention``): 2·T·in·out per projection, T = b·s tokens; GQA: Q/K/V
+  h → q + 2·kv and the output q → h (q = heads·head_dim, kv = kv_heads·head_dim); MLA: down-projections
+  (whole on every TP rank), up-projections and the output;
+- attention core: QKᵀ 2·b·s²·(score width) and AV 2·b·s²·(value width), halved for causal masking
+  (GQA: both widths q);
 - dense MLP: 2·T·h·f·3 (SwiGLU: gate, up, down) or 2·T·h·f·2 (GeLU);
 - MoE MLP: router 2·T·h·E, routed experts top_k·2·T·h·f_e·(3|2), shared experts likewise;
 - LM head: 2·T·h·V; the embedding is a lookup (no FLOPs).
 
 Backward = input-grad (same FLOPs as forward for matmuls, 2× forward for the attention core)
 + weight-grad (same FLOPs as forward for matmuls). Recompute adds the attention core's forward
-(selective) or the whole forward (full) to the backward (Korthikanti et al. 2022).
+(selective; Korthikanti et al. 2022), for MLA the up-projections' forward instead (DeepSeek-V3 §3.2.3),
+or the whole forward (full) to the backward.
 
 Time = Σ matmul FLOPs ÷ (peak × efficiency) + per-kernel overhead + flash-attention time
 + element-wise bytes ÷ HBM bandwidth, coefficients in ``catalog.coefficients`` (fitted to the H200
@@ -30,6 +33,7 @@ from ..spec.gpu import GpuSpec
 from ..spec.job import Precision
 from ..spec.model import ModelSpec
 from ..spec.plan import Recompute
+from .attention import attention_block
 
 
 class LayerKind(StrEnum):
@@ -102,9 +106,8 @@ def _mlp_matrices(model: ModelSpec) -> int:
 
 def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
     """Forward matmuls of one layer on one GPU (projections, MLP/experts, router); attention core excluded."""
-    h, hd, t = model.hidden_size, model.head_dim_resolved, shard.tokens
-    q, kv = model.num_heads * hd / shard.tp, model.num_kv_heads * hd / shard.tp
-    gemms = [Gemm(t, q + 2 * kv, h), Gemm(t, h, q)]
+    h, t = model.hidden_size, shard.tokens
+    gemms = [Gemm(t, *p.gemm_nk(shard.tp)) for p in attention_block(model).projections]
     mats = _mlp_matrices(model)
     if kind is LayerKind.DENSE:
         f = model.ffn_hidden_size / shard.tp
@@ -125,9 +128,9 @@ def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
 
 
 def attention_core_flops(model: ModelSpec, shard: Shard) -> float:
-    """Forward FLOPs of QKᵀ and AV on one GPU, causal (half): 2·b·s²·q / (tp·cp)."""
-    q = model.num_heads * model.head_dim_resolved
-    return 2.0 * shard.micro_batch * shard.seq_len**2 * q / (shard.tp * shard.cp)
+    """Forward FLOPs of QKᵀ and AV on one GPU, causal (half): b·s²·(score + value width) / (tp·cp)."""
+    block = attention_block(model)
+    return 1.0 * shard.micro_batch * shard.seq_len**2 * (block.score_width + block.value_width) / (shard.tp * shard.cp)
 
 
 def layer_flops(model: ModelSpec, kind: LayerKind, shard: Shard) -> float:
@@ -206,6 +209,15 @@ def elementwise_fwd_s(model: ModelSpec, shard: Shard, gpu: GpuSpec) -> float:
     return bytes_ / (gpu.hbm_bandwidth_gb_per_s * 1e9)
 
 
+def _selective_recompute_s(model: ModelSpec, shard: Shard, gpu: GpuSpec, precision: Precision,
+                           attention: OpTimes) -> float:
+    """Backward extra of selective recompute: the attention core's forward, or an MLA layer's up-projections."""
+    block = attention_block(model)
+    if not block.is_mla:
+        return attention.fwd_s
+    return gemm_time_s([Gemm(shard.tokens, *p.gemm_nk(shard.tp)) for p in block.projections if p.up], gpu, precision)
+
+
 def layer_times(
     model: ModelSpec,
     kind: LayerKind,
@@ -217,14 +229,15 @@ def layer_times(
     """Compute seconds of one layer for one micro-batch on one GPU (no communication).
 
     fwd = matmuls + attention + element-wise; bwd_input = the same matmuls again (data grads) +
-    attention backward + 2× element-wise + recompute (attention forward for selective, the whole
-    forward for full); bwd_weight = the matmuls again (weight grads).
+    attention backward + 2× element-wise + recompute (selective: the attention forward, for MLA the
+    up-projections' forward; full: the whole forward); bwd_weight = the matmuls again (weight grads).
     """
     matmul = gemm_time_s(layer_gemms(model, kind, shard), gpu, precision)
     attention = attention_times(model, shard, gpu)
     elementwise = elementwise_fwd_s(model, shard, gpu)
     fwd = matmul + attention.fwd_s + elementwise
-    extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: attention.fwd_s, Recompute.FULL: fwd}[recompute]
+    extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: _selective_recompute_s(model, shard, gpu, precision, attention),
+             Recompute.FULL: fwd}[recompute]
     return OpTimes(fwd, matmul + attention.bwd_input_s + 2 * elementwise + extra, matmul)
 
 

@@ -24,6 +24,7 @@ from ..spec.instance import Instance
 from ..spec.job import Precision
 from ..spec.model import ModelSpec
 from ..spec.plan import Plan, Recompute
+from .attention import TpSplit, attention_block
 from .compute import LayerKind
 from .layout import ResolvedPlan, resolve
 
@@ -47,11 +48,11 @@ class ParamCount:
 
 
 def layer_params(model: ModelSpec, kind: LayerKind, tp: int, ep: int) -> ParamCount:
-    """Parameters of one layer on one GPU: attention/tp, MLP/tp, experts/(ep·tp), norms and router whole."""
-    h, hd = model.hidden_size, model.head_dim_resolved
-    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    """Parameters of one layer on one GPU: attention projections (``cost.attention``: split over heads or, MLA
+    down-projections, whole), MLP/tp, experts/(ep·tp), norms and router whole."""
+    h = model.hidden_size
     mats = 3 if model.gated_mlp else 2
-    dense = (h * (q + 2 * kv) + q * h) / tp + 2 * h
+    dense = attention_block(model).params(tp) + 2 * h
     if kind is LayerKind.DENSE:
         return ParamCount(dense + mats * h * model.ffn_hidden_size / tp, 0.0)
     moe = model.moe
@@ -104,6 +105,10 @@ def activation_bytes_per_layer(
     output-projection input 2q/h, dropout mask 1; MLP input 2, hidden 6f/h (SwiGLU gate, up, product) or
     4f/h + mask 1 (GeLU); MoE: routed part × top_k plus shared experts; scores 5·a·s/h unless flash.
     GPT (q = kv = h, f = 4h, GeLU): 34 + 5as/h. Selective: scores dropped. Full: input only, 2.
+    MLA (``cost.attention``): Q, K, V at the widths the kernel reads, the output-projection input n·d_v, and
+    the latents (each TP rank computes them whole, so not divided by tp): their norm inputs 2·w/h and the
+    up-projection inputs 2w/h; selective recompute keeps only the norm inputs (the norms, up-projections and
+    so Q, K, V are recomputed).
     FP8: the inputs of the linear layers are kept as 1-byte FP8 copies for the weight-gradient GEMM
     (Transformer Engine caches the casted input), halving those terms.
     """
@@ -111,10 +116,13 @@ def activation_bytes_per_layer(
     sbh = s * micro_batch * h
     if recompute is Recompute.FULL:
         return 2 * sbh / tp
-    hd = model.head_dim_resolved
-    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    block = attention_block(model)
     lin = 0.5 if precision is Precision.FP8 else 1.0  # bytes of a stored linear input relative to bf16
-    attention = 4 + 2 * lin + 2 * (q + kv) / h + 2 * kv / h + 2 * lin * q / h + 1
+    recomputed_up = block.is_mla and recompute is Recompute.SELECTIVE
+    qkv = 0.0 if recomputed_up else 2 * (block.score_width + block.k_width + block.v_width) / h
+    attention = 4 + 2 * lin + qkv + 2 * lin * block.value_width / h + 1
+    latents = sum(p.out_features for p in block.projections if p.split is TpSplit.REPLICATED)
+    latent_units = (2 * latents + (0.0 if recomputed_up else 2 * lin * sum(block.latent_widths))) / h
 
     def mlp(f: float) -> float:
         hidden = 4 * f / h + 2 * lin * f / h if model.gated_mlp else 2 * f / h + 2 * lin * f / h + 1
@@ -131,7 +139,7 @@ def activation_bytes_per_layer(
     total = (attention + ffn) * sbh
     if recompute is Recompute.NONE and not co.FLASH_ATTENTION:
         total += 5 * model.num_heads * s * seq_len * micro_batch
-    return total / tp
+    return total / tp + latent_units * sbh
 
 
 # --------------------------------------------------------------------------------------------------

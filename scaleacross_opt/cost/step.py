@@ -49,6 +49,7 @@ from ..spec.job import Precision
 from ..spec.model import ModelSpec
 from ..spec.network import CollectiveAlgorithm, TrafficClassConfig
 from ..spec.plan import DpSync, Plan, Recompute
+from .attention import attention_block
 from .collectives import Collective, Level, group_size, span_collective_s
 from .compute import (
     LayerKind,
@@ -177,7 +178,8 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
     cp_fwd = cp_bwd = 0.0
     if plan.cp > 1:
         cp_levels = _local_levels(building, local_span(plan.cp, plan.tp, building), intra)
-        kv_bytes = 2 * shard.tokens * model.num_kv_heads * model.head_dim_resolved * 2 / plan.tp
+        block = attention_block(model)
+        kv_bytes = shard.tokens * (block.k_width + block.v_width) * 2 / plan.tp  # bf16 K and V of the shard
         bottleneck = min(lv.bandwidth_bytes_per_s / max(1, i * cp_levels[0].ranks) if i else lv.bandwidth_bytes_per_s
                          for i, lv in enumerate(cp_levels) if lv.ranks > 1)
         step = kv_bytes / bottleneck + max(lv.latency_s for lv in cp_levels if lv.ranks > 1)

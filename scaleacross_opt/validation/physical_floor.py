@@ -106,10 +106,25 @@ class _PerLayer:
         return min(k * self.dense + (layers - k) * self.moe for k in (low, high))
 
 
+def _attention_params(model: ModelSpec) -> float:
+    """Weights of one layer's attention: Q, K, V and output of MHA/GQA; for MLA (DeepSeek-V2 §2.1) the query
+    latent h·r_q + r_q·n·(d_nope + d_rope) (or h·n·(d_nope + d_rope) without it), the key/value latent
+    h·(r_kv + d_rope) + r_kv·n·(d_nope + d_v), and the output n·d_v·h."""
+    h, n, mla = model.hidden_size, model.num_heads, model.mla
+    if mla is None:
+        d = model.head_dim_resolved
+        return 2 * h * n * d + 2 * h * model.num_kv_heads * d
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    queries = h * n * qk if mla.q_lora_rank is None else mla.q_lora_rank * (h + n * qk)
+    keys_values = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * n * (mla.qk_nope_head_dim
+                                                                                           + mla.v_head_dim)
+    return queries + keys_values + n * mla.v_head_dim * h
+
+
 def _layer_params(model: ModelSpec, count_experts: bool) -> tuple[_PerLayer, _PerLayer]:
     """(parameters synced per layer, matmul parameters a token passes through per layer)."""
-    h, d = model.hidden_size, model.head_dim_resolved
-    attention = 2 * h * model.num_heads * d + 2 * h * model.num_kv_heads * d
+    h = model.hidden_size
+    attention = _attention_params(model)
     mats = 3 if model.gated_mlp else 2
     dense = attention + mats * h * model.ffn_hidden_size
     moe = model.moe
