@@ -3,9 +3,9 @@
 10 link bandwidths (600 Gb/s .. 9.4 Tb/s) × 10 link latencies (10 µs .. 5.1 ms), each point solved with a
 10 s time limit (most points converge in about a second). Each run starts from an empty results file.
 Usage: ``python benchmarks/sweep_throughput.py [--workers 1,2]``; the last line is the headline: the speedup
-of the last worker count over the first (goal ≥ 1.8× for 2 workers over 1). Each run also prints how many
-cores its workers kept busy on average: one solve runs CP-SAT's 8-thread portfolio, so a single worker
-already uses more than one core, which caps what a second worker can add on a 2-core machine.
+of the last worker count over the first (goal ≥ 1.8× for 2 workers over 1). Each point's solve runs as many
+CP-SAT workers as the CPUs its worker process holds (all of them with 1 worker, half each with 2). Each run
+also prints how many cores its workers kept busy on average (other jobs on the machine lower it).
 """
 
 from __future__ import annotations

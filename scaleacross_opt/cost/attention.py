@@ -19,8 +19,9 @@ instead of storing their outputs (DeepSeek-V3 §3.2.3; Megatron-Bridge's ``mla_u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 from ..spec.model import ModelSpec
 
@@ -65,17 +66,29 @@ class AttentionBlock:
     value_width: int  # heads × per-head value dimension (AV)
     k_width: int  # K as the attention kernel reads it
     v_width: int  # V as the attention kernel reads it
-    latent_widths: tuple[int, ...]  # MLA: the normalised latents (q_lora, kv_lora + d_rope); empty for GQA
+    latent_widths: tuple[int, ...]  # MLA: the normalised latents (q_lora, kv_lora); empty for GQA
+    replicated_outputs: int = field(init=False)  # output features of the projections TP keeps whole
+    _split_params: int = field(init=False, repr=False)
+    _whole_params: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:  # the sums the per-layer cost and memory paths read (hot: cached here)
+        split = sum(p.in_features * p.out_features for p in self.projections if p.split is not TpSplit.REPLICATED)
+        whole = sum(p.in_features * p.out_features for p in self.projections if p.split is TpSplit.REPLICATED)
+        object.__setattr__(self, "_split_params", split)
+        object.__setattr__(self, "_whole_params", whole + sum(self.latent_widths))
+        object.__setattr__(self, "replicated_outputs",
+                           sum(p.out_features for p in self.projections if p.split is TpSplit.REPLICATED))
 
     def params(self, tp: int) -> float:
         """Projection weights plus the latents' RMSNorm weights (whole on every TP rank) on one GPU."""
-        return sum(p.params(tp) for p in self.projections) + sum(self.latent_widths)
+        return self._split_params / tp + self._whole_params
 
     @property
     def is_mla(self) -> bool:
         return bool(self.latent_widths)
 
 
+@lru_cache(maxsize=64)  # on every layer's cost and memory path; a frozen ModelSpec hashes in < 1 µs
 def attention_block(model: ModelSpec) -> AttentionBlock:
     """The attention block of ``model`` (see the module docstring)."""
     h, mla = model.hidden_size, model.mla

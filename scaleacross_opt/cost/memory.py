@@ -15,6 +15,7 @@ context parallelism divides s. Flash attention never stores the s×s scores (coe
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..catalog import coefficients as co
@@ -24,7 +25,7 @@ from ..spec.instance import Instance
 from ..spec.job import Precision
 from ..spec.model import ModelSpec
 from ..spec.plan import Plan, Recompute
-from .attention import TpSplit, attention_block
+from .attention import attention_block
 from .compute import LayerKind
 from .layout import ResolvedPlan, resolve
 
@@ -73,8 +74,9 @@ def stage_params(layout: ResolvedPlan, stage: int) -> list[ParamCount]:
     out = []
     for c, chunk in enumerate(layout.kinds[stage]):
         total = ParamCount(0.0, 0.0)
-        for kind in chunk:
-            total = total + layer_params(model, kind, plan.tp, plan.ep)
+        for kind, count in Counter(chunk).items():
+            layer = layer_params(model, kind, plan.tp, plan.ep)
+            total = total + ParamCount(count * layer.dense, count * layer.expert)
         heads = 0.0
         if (stage, c) == order[0]:
             heads += embedding_params(model, plan.tp)
@@ -121,8 +123,8 @@ def activation_bytes_per_layer(
     recomputed_up = block.is_mla and recompute is Recompute.SELECTIVE
     qkv = 0.0 if recomputed_up else 2 * (block.score_width + block.k_width + block.v_width) / h
     attention = 4 + 2 * lin + qkv + 2 * lin * block.value_width / h + 1
-    latents = sum(p.out_features for p in block.projections if p.split is TpSplit.REPLICATED)
-    latent_units = (2 * latents + (0.0 if recomputed_up else 2 * lin * sum(block.latent_widths))) / h
+    latent_units = (2 * block.replicated_outputs
+                    + (0.0 if recomputed_up else 2 * lin * sum(block.latent_widths))) / h if block.is_mla else 0.0
 
     def mlp(f: float) -> float:
         hidden = 4 * f / h + 2 * lin * f / h if model.gated_mlp else 2 * f / h + 2 * lin * f / h + 1
@@ -214,22 +216,20 @@ def _stage_memory(layout: ResolvedPlan, stage: int, building: str, in_flight: fl
     kinds = layout.kinds[stage]
     if plan.zero_stage >= 3 and any(kinds):
         biggest = max(
-            sum(vars(layer_params(model, k, plan.tp, plan.ep)).values()) for chunk in kinds for k in chunk
+            sum(vars(layer_params(model, k, plan.tp, plan.ep)).values()) for k in {k for chunk in kinds for k in chunk}
         )
         weights += co.ZERO3_GATHERED_LAYERS * biggest * co.WEIGHT_BYTES
 
     args = (job.seq_len, plan.micro_batch_size, plan.tp, plan.cp)
     per_mb = sum(
-        activation_bytes_per_layer(model, k, *args, plan.recompute, job.precision)
-        for chunk in kinds
-        for k in chunk
+        count * activation_bytes_per_layer(model, k, *args, plan.recompute, job.precision)
+        for k, count in Counter(k for chunk in kinds for k in chunk).items()
     )
     activations = in_flight * per_mb
     if plan.recompute is Recompute.FULL and any(kinds):  # the layer being recomputed, fully materialised
         activations += max(
             activation_bytes_per_layer(model, k, *args, Recompute.NONE, job.precision)
-            for c in kinds
-            for k in c
+            for k in {k for chunk in kinds for k in chunk}
         )
     if stage == layout.order[-1][0]:
         tokens = job.seq_len * plan.micro_batch_size / plan.cp
