@@ -12,11 +12,14 @@ pipeline ≥ m·t_max + bubble + hops, with
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
-cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the route's
-best goodput + latency steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
+cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the ring's
+slowest building edge (dp: the edges between consecutive used buildings; pp+dp: the best pair) at the
+connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
+steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
-overlap with that chunk's last backward.
-step ≥ pipeline + exposed DP + optimizer.
+overlap with that chunk's last backward; ZeRO-1/2 gather the updated weights over the same ring after the
+optimizer: exposed ≥ that sync's time less the next step's first forward (< t_max / v).
+step ≥ pipeline + exposed DP + optimizer + exposed gather.
 """
 
 from __future__ import annotations
