@@ -193,11 +193,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    zero3_nic = _add_zero3_gathers(pv, coeffs, pipeline) if 3 in pv.zero.values else []
-    route_busy = _add_dp_route_bounds(pv, coeffs)
+    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
+    groups = _dp_group_sizes(pv)
+    zero3_nic = _add_zero3_gathers(pv, coeffs, pipeline, successors, groups) if 3 in pv.zero.values else []
+    route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
-    dp_total = _add_dp_sync(pv, coeffs)
+    dp_total = _add_dp_sync(pv, coeffs, successors, groups)
     dp_exposed = _new(model, "dp_exposed_us")
     overlap = int(SCALE * co.DP_BACKWARD_OVERLAP_FRACTION)
     v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
@@ -255,16 +257,17 @@ def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
     return math.ceil(math.log2(max(d, 2))) if algorithm is CollectiveAlgorithm.PAT else d - 1
 
 
-def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar
+def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar,
+                       successors: dict[tuple[int, int], cp_model.IntVar], groups: DpGroups
                        ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, on one stream
     per stage, so a stage lasts at least m·layers_b·g, g ≥ one layer's pair of all-gathers over n ≥ dp ranks:
     - inside a building: ring volume 2(n−1)/n × the shape's bytes over its best path (the NICs once
       d > node GPUs: no DP group fits a node), plus that path's latency per step (``_gather_steps`` of
       the fewest-step intra algorithm; hierarchical runs as ring inside a building);
-    - DP across buildings (dp, pp+dp): the layer's non-expert weights over the route with one NVLink
-      domain's connections (flat) or every GPU's (hierarchical), × (n−1)/n (flat) or ½, plus the route's
-      latency per step (``_gather_steps``).
+    - DP across buildings (dp, pp+dp): the layer's non-expert weights over the ring's slowest building edge
+      (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or the larger end's GPUs
+      (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step (``_gather_steps``).
     Returns (scaled µs, condition) bounds of the whole step for shapes whose DP group always crosses NICs:
     each GPU's NIC also carries the step's gradient reduce-scatter (half a micro-batch's two gathers)."""
     model, instance = pv.model, pv.instance
@@ -277,7 +280,7 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
     ring_alg, hierarchical = CollectiveAlgorithm.RING, CollectiveAlgorithm.HIERARCHICAL
     intra = [ring_alg if a is hierarchical else a for a in pv.intra_algorithm.values]
-    for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+    for d, d_lit in groups:
         ring = int(SCALE * ring_factor(d))
         steps = 2 * min(_gather_steps(a, d) for a in intra)
         model.Add(SCALE * raw >= ring * best + SCALE * steps * best_step).OnlyEnforceIf(d_lit)
@@ -285,17 +288,20 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
             model.Add(SCALE * raw >= ring * nic + SCALE * steps * nic_step).OnlyEnforceIf(d_lit)
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
-        for t, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+        pair_mib = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES  # both gathers of one layer's weights
+        for i, (t, t_lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
+            edges = {flat: _slowest_edge_us_per_layer(
+                pv, pair_mib, (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
+                f"zero3-{'flat' if flat else 'hierarchical'}[{i}]", successors, cap=RHS_CAP // (2 * SCALE))
+                for flat in (True, False)}
             for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
                 flat = a is not CollectiveAlgorithm.HIERARCHICAL
-                per_mib = (coeffs.flat_route_us_per_mib if flat else coeffs.route_us_per_mib)[t]
-                volume = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES * per_mib
-                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                for d, d_lit in groups:
                     factor = ring_factor(d) / 2 if flat else 0.5
-                    latency = 2 * _gather_steps(a, d) * coeffs.cross_hop_us[t]
-                    rhs = min(RHS_CAP, int(SCALE * (factor * volume + latency)))
+                    latency = min(RHS_CAP // 2, SCALE * 2 * _gather_steps(a, d) * coeffs.cross_hop_us[t])
                     for mode_lit in crossing:
-                        model.Add(SCALE * raw >= rhs).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
+                        model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
+                                  ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
     most = instance.job.global_batch_size * instance.job.model_spec.layers  # m · layers_b ≤ this
     ceiling = max(1, min(HORIZON_US, STREAM_CAP // (most + 1)))  # m · layers · gather ≤ STREAM_CAP
     gather = _new(model, "zero3_gather_pair_us", ceiling)
@@ -313,13 +319,14 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
         model.Add(pipeline >= capped).OnlyEnforceIf([zero3, pv.used[b]])
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], best)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
-        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+        for d, d_lit in groups:
             ring = int(SCALE * ring_factor(d))
             step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
     return step_bounds
 
 
-def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
+def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
+                         ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """DP across buildings (dp mode): every stage's DP groups span every used building, so each route of
     their rings carries the whole model's gradient reduce-scatter and (ZeRO-1/2) parameter all-gather —
     ZeRO-3: its two all-gathers per micro-batch and the reduce-scatter — all stages at once, at most at the
@@ -335,7 +342,7 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_mo
     for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
         whole = coeffs.model_param_mib * coeffs.route_us_per_mib[transport]
         for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
-            factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in zip(pv.dp.values, pv.dp.lits, strict=True)]
+            factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in groups]
                        if algorithm is not CollectiveAlgorithm.HIERARCHICAL else [(SCALE / 2, [])])
             for factor, d_cond in factors:
                 when = [dp_mode, t_lit, a_lit, *d_cond]
@@ -348,6 +355,22 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_mo
                 reduce = min(RHS_CAP, int(factor * whole * co.GRAD_REDUCE_BYTES))
                 bounds.append((gathers * pv.microbatches + reduce, [*when, zero3]))
     return bounds
+
+
+DpGroups = list[tuple[int, cp_model.IntVar]]
+
+
+def _dp_group_sizes(pv: PlanVars) -> DpGroups:
+    """(n, literal) for every size n = dp·cp a DP group can have (dense weights and gradients are sharded and
+    synced over the dp·cp ranks of a stage); the literal is true whenever the plan's dp·cp is n."""
+    literals: dict[int, cp_model.IntVar] = {}
+    for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+        for c, c_lit in zip(pv.cp.values, pv.cp.lits, strict=True):
+            n = d * c
+            if n not in literals:
+                literals[n] = pv.model.NewBoolVar(f"dp*cp={n}")
+            pv.model.AddBoolOr([d_lit.Not(), c_lit.Not(), literals[n]])
+    return sorted(literals.items())
 
 
 def _ring_successors(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
@@ -367,10 +390,13 @@ def _ring_successors(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
 
 
 def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: dict[tuple[int, int], float],
-                               name: str, successors: dict[tuple[int, int], cp_model.IntVar]) -> cp_model.IntVar:
+                               name: str, successors: dict[tuple[int, int], cp_model.IntVar],
+                               cap: int | None = None) -> cp_model.IntVar:
     """``layer_mib`` over a DP ring's slowest building edge (µs), at the per-pair µs/MiB given: at least the best
-    pair's; in dp mode that of the slowest edge between consecutive used buildings (``_ring_successors``)."""
-    cap = HORIZON_US // max(1, pv.instance.job.model_spec.layers)  # × layers stays within the horizon
+    pair's; in dp mode that of the slowest edge between consecutive used buildings (``_ring_successors``).
+    Costs are clamped at ``cap`` (default: × the model's layers stays within the horizon)."""
+    if cap is None:
+        cap = HORIZON_US // max(1, pv.instance.job.model_spec.layers)
     cost = {pair: min(cap, int(layer_mib * us)) for pair, us in pair_us_per_mib.items()}
     edge = pv.model.NewIntVar(min(cost.values()), max(cost.values()), f"slowest_edge_us_per_layer[{name}]")
     if successors:
@@ -380,7 +406,8 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
-def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
+def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+                 groups: DpGroups) -> cp_model.IntVar:
     """Lower bound of one step's gradient sync time if nothing overlapped (µs)."""
     model = pv.model
     buildings = pv.instance.cluster.buildings
@@ -416,7 +443,7 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
                    if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     # Latency steps of the reduce-scatter inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉.
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
-        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+        for d, d_lit in groups:
             steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else math.ceil(math.log2(max(d, 2)))
             for mode_lit in whole_group:
                 model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf([alg_lit, d_lit, mode_lit,
@@ -424,7 +451,7 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
         base = int(SCALE * coeffs.intra_us_per_mib[transport])
         model.Add(1024 * SCALE * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])
-        for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):  # the DP group is within one building
+        for d, d_lit in groups:  # the DP group is within one building
             per_mib = int(SCALE * coeffs.intra_us_per_mib[transport] * ring_factor(d))
             for mode_lit in whole_group:
                 model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
@@ -440,7 +467,6 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
     # tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's ring joins ≥ 2
     # groups). The stages share the route, but the other stages' syncs may end during the drain: only the
     # first stage's layers (whole layers: all its TP groups cross) are bounded, over the route's best goodput.
-    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
     for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
         hop = coeffs.cross_hop_us[transport]
         # a flat ring's tp groups hold one connection per DP member of an NVLink domain at the building edge (≤ the
@@ -459,7 +485,7 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients) -> cp_model.IntVar:
                     outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
                     model.Add(cross >= wide_layers_us + hop * outer).OnlyEnforceIf(when)
                     continue
-                for d, d_lit in zip(pv.dp.values, pv.dp.lits, strict=True):
+                for d, d_lit in groups:
                     latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
                     model.Add(SCALE * cross >= int(SCALE * ring_factor(d)) * flat_layers_us + SCALE * latency
                               ).OnlyEnforceIf([*when, d_lit])
