@@ -38,7 +38,8 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         *([f"                cross-building: {_net(net.cross_building)}"]
           if plan.placement.cross_building is not CrossBuilding.NONE else []),
         f"step time       {report.step_time_s:.4f} s simulated, {result.estimate_step_time_s:.4f} s closed-form "
-        f"estimate, {result.cpsat_bound_s:.4f} s CP-SAT bound of this plan",
+        "estimate, " + (f"{result.cpsat_bound_s:.4f} s CP-SAT bound of this plan" if result.cpsat_bound_s > 0
+                        else "its CP-SAT bound not computed in time"),
         f"MFU             {report.mfu * 100:.1f} %   tokens/s {report.tokens_per_s:,.0f}   "
         f"memory {report.memory_text} per GPU",
         "breakdown (s)   " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
