@@ -15,7 +15,7 @@ DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes p
 cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the ring's
 slowest building edge (dp: the edges between consecutive used buildings; pp+dp: the best pair) at the
 connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
-steps (ring dp−1, tree/pat ⌈log2 dp⌉, hierarchical #buildings−1);
+steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
 overlap with that chunk's last backward; ZeRO-1/2 gather the updated weights over the same ring after the
 optimizer: exposed ≥ that sync's time less the next step's first forward (< t_max / v).
