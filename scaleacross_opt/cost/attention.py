@@ -43,11 +43,6 @@ class Projection:
     split: TpSplit
     up: bool = False  # an MLA up-projection (recomputed by selective recompute)
 
-    def params(self, tp: int) -> float:
-        """Weights one GPU holds."""
-        whole = self.in_features * self.out_features
-        return whole if self.split is TpSplit.REPLICATED else whole / tp
-
     def gemm_nk(self, tp: int) -> tuple[float, float]:
         """(output features, reduction length) of its GEMM on one GPU."""
         if self.split is TpSplit.COLUMN:
