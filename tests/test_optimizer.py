@@ -79,6 +79,14 @@ def test_same_seed_same_plan(models_dir) -> None:
     assert first.step_time_s == second.step_time_s
 
 
+def test_returned_plan_carries_its_own_bound_even_when_local_search_found_it(load_shipped_instance) -> None:
+    """The best plan is cut off from the model once simulated; its bound is still computed (on the model
+    before the cuts), not reported as 0."""
+    result = solve(load_shipped_instance("small-two-buildings-llama3-8b"), time_limit_s=20, seed=0)
+    assert result.stats.status == "optimal"
+    assert 0 < result.cpsat_bound_s <= result.step_time_s * (1 + result.stats.bound_error) + 1e-6
+
+
 def test_thread_count_does_not_change_a_converged_answer(models_dir) -> None:
     """CP-SAT's portfolio size (a sweep gives each point the CPUs it reserved) changes how the search runs, not
     the optimum it proves."""

@@ -115,10 +115,12 @@ def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[
     return [assignment for _, (_, assignment) in ranked[:top_k]]
 
 
-def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None) -> int | None:
+def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None,
+                  base: cp_model.CpModel | None = None) -> int | None:
     """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised (None when the
-    model does not admit the plan)."""
-    model = pv.model.clone()
+    model does not admit the plan). ``base``: the model to fix them in (default ``pv.model``, with the
+    search's cuts so far)."""
+    model = (base or pv.model).clone()
     for index, value in assignment.items():
         var = model.get_int_var_from_proto_index(index)
         model.Add(var == value)
@@ -154,6 +156,7 @@ class _Search:
         self.evaluated: dict[str, Candidate] = {}
         self.unpolished: list[Candidate] = []
         self.rng = random.Random(seed)
+        self.uncut = pv.model.clone()  # before any no-good or incumbent cut: bounds of plans already cut off
         self.cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()
 
     # --- bookkeeping ------------------------------------------------------------------------------
@@ -346,7 +349,8 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     stats.bound_ratio_min = min(search.ratios) if search.ratios else 0.0
     if best is not None:
         if best.bound_s == 0 and (assignment := plan_assignment(pv, best.plan)) is not None:
-            best.bound_s = (plan_bound_us(pv, assignment, seed, deadline) or 0) * US  # found by local search
+            # found by local search, so already cut off: bounded in the model as it was before the cuts
+            best.bound_s = (plan_bound_us(pv, assignment, seed, deadline, search.uncut) or 0) * US
         if stats.status == "exhausted":
             stats.lower_bound_s = best.report.step_time_s
         stats.lower_bound_s = min(stats.lower_bound_s, best.report.step_time_s)  # the optimum is ≤ the best
