@@ -180,10 +180,11 @@ class _Search:
             self.stats.bound_error = max(self.stats.bound_error, self.ratios[-1] - 1)
         self.stats.history.append({"bound_s": bound_s, "simulated_s": report.step_time_s})
         improved = self.best is None or candidate.key() < self.best.key()
+        faster = self.best is None or report.step_time_s < self.best.report.step_time_s
         if improved:
             self.best = candidate
             self.hint = assignment or self.hint
-        if self.progress and (event or improved):
+        if self.progress and (event or faster):  # a tie won by canonical order is not news
             what = event or f"local search: {plan.schedule} tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp}"
             self.progress(self._status_line(f"{what}: simulated {report.step_time_s:.4f} s"))
         return candidate
