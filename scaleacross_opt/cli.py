@@ -396,6 +396,7 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, threa
           out_path: Path | None, quiet: bool) -> None:
     """Find the plan with the shortest simulated step for INSTANCE."""
     from .optimizer import solve as solve_instance
+    from .optimizer.refine import DEFAULT_THREADS
     from .optimizer.summary import summary_text
     from .validation.physical_floor import physical_floor
 
@@ -403,7 +404,7 @@ def solve(instance_path: Path, time_limit_s: float, seed: int, top_k: int, threa
     instance = _load_instance(instance_path)
     try:
         result = solve_instance(instance, time_limit_s=time_limit_s, seed=seed, top_k=top_k,
-                                **({} if threads is None else {"threads": threads}),
+                                threads=threads or DEFAULT_THREADS,
                                 progress=None if quiet else lambda msg: click.echo(msg, err=True))
     except (InfeasibleError, NoPlanInTimeError) as err:
         if as_json:  # a pipeline reading stdout gets the status too
@@ -457,11 +458,13 @@ def compare(instance_path: Path, methods: list[str] | None, time_limit_s: float,
     """Compare the planner with the baselines on INSTANCE (same simulator, equal wall time)."""
     from .compare import breakdown_figure, compare_text, save_png
     from .compare import compare as compare_methods
+    from .optimizer.refine import DEFAULT_THREADS
 
     _distinct_outputs(("--plot", plot_path), instance_path)
     instance = _load_instance(instance_path)
     try:
-        rows = compare_methods(instance, methods=methods, time_limit_s=time_limit_s, seed=seed, threads=threads,
+        rows = compare_methods(instance, methods=methods, time_limit_s=time_limit_s, seed=seed,
+                               threads=threads or DEFAULT_THREADS,
                                progress=None if quiet else lambda msg: click.echo(msg, err=True))
     except InfeasibleError as err:
         if as_json:  # a pipeline reading stdout gets the status too, as from solve

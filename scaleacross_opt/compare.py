@@ -21,6 +21,7 @@ from .baselines.registry import planner_space
 from .cost.report import BREAKDOWN_KEYS, StepReport
 from .errors import NoPlanInTimeError
 from .io import _new_file_mode
+from .optimizer.refine import DEFAULT_THREADS
 from .optimizer.summary import _net
 from .spec import CrossBuilding, Instance, Plan
 
@@ -76,10 +77,10 @@ class CompareRow:
 
 
 def compare(instance: Instance, *, methods: list[str] | None = None, time_limit_s: float = 60.0, seed: int = 0,
-            threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[CompareRow]:
+            threads: int = DEFAULT_THREADS, progress: Callable[[str], None] | None = None) -> list[CompareRow]:
     """Rows for ``methods`` (default, or empty: all of ``method_names()``; ``production`` is always added),
     the planner first, then production, then the others in the given order. Every search gets
-    ``time_limit_s`` wall seconds; ``threads``: the planner's CP-SAT workers (default: ``solve``'s). Raises
+    ``time_limit_s`` wall seconds; ``threads``: the planner's CP-SAT workers per round. Raises
     ``InfeasibleError`` when no plan can exist (proven), KeyError for an unknown method."""
     from .optimizer import solve
 
@@ -96,8 +97,7 @@ def compare(instance: Instance, *, methods: list[str] | None = None, time_limit_
             progress(f"{method}: running" + (f" (up to {time_limit_s:g} s)" if method == PLANNER else ""))
         if method == PLANNER:
             try:
-                result = solve(instance, time_limit_s=time_limit_s, seed=seed,
-                               **({} if threads is None else {"threads": threads}))
+                result = solve(instance, time_limit_s=time_limit_s, seed=seed, threads=threads)
                 row = CompareRow(PLANNER, result.plan, result.report, result.stats.wall_s,
                                  result.stats.candidates_simulated, result.status)
             except NoPlanInTimeError as err:

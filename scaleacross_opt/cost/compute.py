@@ -104,10 +104,15 @@ def _mlp_matrices(model: ModelSpec) -> int:
     return 3 if model.gated_mlp else 2
 
 
+def _attention_gemms(model: ModelSpec, shard: Shard, up_only: bool = False) -> list[Gemm]:
+    """Forward GEMMs of the attention projections on one GPU (``up_only``: MLA's up-projections)."""
+    return [Gemm(shard.tokens, *p.gemm_nk(shard.tp)) for p in attention_block(model).projections if p.up or not up_only]
+
+
 def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
     """Forward matmuls of one layer on one GPU (projections, MLP/experts, router); attention core excluded."""
     h, t = model.hidden_size, shard.tokens
-    gemms = [Gemm(t, *p.gemm_nk(shard.tp)) for p in attention_block(model).projections]
+    gemms = _attention_gemms(model, shard)
     mats = _mlp_matrices(model)
     if kind is LayerKind.DENSE:
         f = model.ffn_hidden_size / shard.tp
@@ -215,7 +220,7 @@ def _selective_recompute_s(model: ModelSpec, shard: Shard, gpu: GpuSpec, precisi
     block = attention_block(model)
     if not block.is_mla:
         return attention.fwd_s
-    return gemm_time_s([Gemm(shard.tokens, *p.gemm_nk(shard.tp)) for p in block.projections if p.up], gpu, precision)
+    return gemm_time_s(_attention_gemms(model, shard, up_only=True), gpu, precision)
 
 
 def layer_times(

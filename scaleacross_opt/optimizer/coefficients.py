@@ -51,10 +51,10 @@ class Coefficients:
     zero3_fabric: dict[Shape, tuple[int, int]]  # (zero3_gather_us_per_layer, zero3_step_us) on the NICs
     model_param_mib: float  # parameters of all layers (every shard), Mi-parameters: what DP across moves
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
-    route_us_per_mib: dict[Transport, float]  # per MiB over the best route with every GPU's connection
-    flat_route_us_per_mib: dict[Transport, float]  # per MiB over the best route with one NVLink domain's connections
-    pair_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]  # route_us_per_mib per building pair i < j
-    pair_flat_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]  # flat_route_us_per_mib per pair i < j
+    # per MiB over the route between buildings i < j, with every GPU of the larger end connected / with one
+    # NVLink domain's connections
+    pair_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]
+    pair_flat_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -226,8 +226,6 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     pair_route_us = {t: per_pair(t, lambda a, b: max(instance.cluster.building(x).num_gpus for x in (a, b)))
                      for t in cross_transports}
     pair_flat_us = {t: per_pair(t, lambda a, b: domain) for t in cross_transports}
-    route_us = {t: min(us.values()) for t, us in pair_route_us.items()}
-    flat_route_us = {t: min(us.values()) for t, us in pair_flat_us.items()}
     clamp = _clamp_us
     cross_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in cross_us.items()}
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
@@ -244,8 +242,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         zero3_on_nic=zero3_nic, zero3_fabric=zero3_fabric,
         model_param_mib=sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
-        route_us_per_mib=route_us, flat_route_us_per_mib=flat_route_us, pair_route_us_per_mib=pair_route_us,
-        pair_flat_route_us_per_mib=pair_flat_us,
+        pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us,
     )
 
 

@@ -340,7 +340,7 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     per_microbatch_cap = 10**18 // pv.instance.job.global_batch_size  # × m stays in int64
     bounds = []
     for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        whole = coeffs.model_param_mib * coeffs.route_us_per_mib[transport]
+        whole = coeffs.model_param_mib * min(coeffs.pair_route_us_per_mib[transport].values())  # the best route
         for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in groups]
                        if algorithm is not CollectiveAlgorithm.HIERARCHICAL else [(SCALE / 2, [])])
