@@ -42,7 +42,8 @@ from scaleacross_opt.spec import (
 )
 from scaleacross_opt.validation.plan_checks import validate_plan
 
-PIPELINE_TOL = 0.001  # relative; benchmark max 0.002 % for 1f1b / gpipe / interleaved-1f1b
+PIPELINE_TOL = 0.005  # relative: a GPU's NIC serves its forward and backward sends in turn (the closed form
+# sees each path alone), 0.33 % on these plans; 0.002 % before the simulator shared NICs
 STEP_TOL = 0.055  # relative; benchmark max 5.0 % for those schedules on the two instances below
 
 SINGLE = "single-building-llama3-70b"
@@ -121,8 +122,9 @@ DEGREES = {SINGLE: {"tp": 8, "pp": 4, "dp": 64}, SMALL: {"tp": 8, "pp": 4, "dp":
 @pytest.mark.parametrize(("name", "fields"), EXACT_CASES, ids=lambda x: x if isinstance(x, str) else
                          f"{x['schedule']}-v{x['virtual_stages']}")
 def test_exact_schedules_agree(compare: Callable[..., Compared], name: str, fields: dict) -> None:
-    """1F1B / GPipe / interleaved: same pipeline makespan; the step differs only by exposed DP sync."""
-    _, est, sim, workload = compare(name, micro_batch_size=1, **DEGREES[name], **fields)
+    """1F1B / GPipe / interleaved with the DP sync after the backward (nothing shares a NIC with the
+    pipeline's transfers): same pipeline makespan; the step differs only by exposed DP sync."""
+    _, est, sim, workload = compare(name, micro_batch_size=1, dp_sync="after-backward", **DEGREES[name], **fields)
     est_pipe, sim_pipe = pipeline_times(est, sim, workload)
     assert abs(rel(est_pipe, sim_pipe)) <= PIPELINE_TOL
     for term in ("compute_s", "exposed_tp_s", "optimizer_s"):  # read from the same workload
@@ -206,7 +208,7 @@ def test_zb_h1_closed_form_reaches_fill_bound(compare: Callable[..., Compared]) 
     assert fill_bound > formula  # precondition of the argument (F ≥ mean op time on this model)
     est_pipe, sim_pipe = pipeline_times(est, sim, w)
     assert fill_bound * (1 - 1e-9) <= est_pipe <= sim_pipe * (1 + 1e-9)
-    assert est.step_time_s <= sim.step_time_s
+    assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
 
 
 def test_interleaved_shared_dp_sync_estimate_is_a_lower_bound(compare: Callable[..., Compared]) -> None:
@@ -217,9 +219,8 @@ def test_interleaved_shared_dp_sync_estimate_is_a_lower_bound(compare: Callable[
                                 virtual_stages=4)
     assert plan.placement is not None and plan.placement.cross_building is CrossBuilding.DP
     est_pipe, sim_pipe = pipeline_times(est, sim, w)
-    assert abs(rel(est_pipe, sim_pipe)) <= PIPELINE_TOL  # the pipeline itself still agrees
-    assert est.breakdown["exposed_dp_s"] <= sim.breakdown["exposed_dp_s"]
-    assert est.step_time_s <= sim.step_time_s <= 1.15 * est.step_time_s
+    assert est_pipe <= sim_pipe <= (1 + 0.02) * est_pipe  # the syncs' NIC traffic slows the last transfers
+    assert est.step_time_s <= sim.step_time_s * (1 + 1e-9) <= 1.15 * est.step_time_s
 
 
 def test_pp_across_long_latency_round_trips(compare: Callable[..., Compared], instances: dict[str, Instance]) -> None:
@@ -238,17 +239,17 @@ def test_pp_across_long_latency_round_trips(compare: Callable[..., Compared], in
         "congestion_control": CongestionControl.RECEIVER_DRIVEN, "loss_recovery": LossRecovery.SELECTIVE_REPEAT,
         "qps_per_connection": 16, "window_kib_per_qp": 65536,
     })
-    base = Plan(tp=8, pp=4, dp=256, micro_batch_size=1, schedule="1f1b",
+    base = Plan(tp=8, pp=4, dp=256, micro_batch_size=1, schedule="1f1b", dp_sync="after-backward",
                 network=DEFAULT_NETWORK.model_copy(update={"cross_building": cross}))
     _, est, sim, w = compare(REGION, base.model_copy(update={"placement": pp_across(instance, base)}))
     link = w.link(*(b.name for b in instance.cluster.buildings))
     transfer = w.p2p_bytes / link.bandwidth_bytes_per_s
     assert link.latency_s > 10 * transfer  # precondition: latency-dominated crossings
     assert w.num_microbatches >= 2 * (w.pp - w.pp // 2 + 1)  # ≥ 4 crossings on one chain
-    assert not any(sim.details["link_contention"].values())  # type: ignore[union-attr]
+    # a stage's NIC serves its sends to both neighbours in turn: the only contention here
     one_traversal = 2 * link.transfer_s(w.p2p_bytes)
     assert sim.breakdown["exposed_pp_s"] > 1.5 * one_traversal  # the extra crossings show
-    assert est.breakdown["exposed_pp_s"] == pytest.approx(sim.breakdown["exposed_pp_s"], rel=1e-6)
+    assert est.breakdown["exposed_pp_s"] <= sim.breakdown["exposed_pp_s"] <= 1.01 * est.breakdown["exposed_pp_s"]
     assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
 
 

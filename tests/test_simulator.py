@@ -168,7 +168,7 @@ def test_zb_v_runs_the_faster_of_the_unit_and_the_timed_order() -> None:
         group = replace(wl.groups[0], fwd_s=np.full(shape, f), bwd_input_s=np.full(shape, b),
                         bwd_weight_s=np.full(shape, w))
         wl = replace(wl, groups=(group,))
-        unit = _simulate_order(op_graph("zb-v", 8, 2, 16), wl).step_time_s
+        unit = _simulate_order(op_graph("zb-v", 8, 2, 16), wl, joint=False)[0].step_time_s
         chosen = simulate_workload(wl).step_time_s
         assert chosen <= unit * (1 + 1e-12)
         gains.append(1 - chosen / unit)

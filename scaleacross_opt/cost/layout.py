@@ -211,6 +211,13 @@ class ResolvedPlan:
         return group_span(max(1, self.plan.dp * cp // ep), self.plan.tp * ep, members, self.buildings)
 
     @cached_property
+    def pipeline_names(self) -> tuple[str, ...]:
+        """A name per distinct pipeline of ``pipelines``: its buildings in stage order (numbered when several)."""
+        numbered = len(self.pipelines) > 1
+        return tuple("+".join(dict.fromkeys(stage_map)) + (f"#{index}" if numbered else "")
+                     for index, (stage_map, _) in enumerate(self.pipelines))
+
+    @cached_property
     def boundaries(self) -> tuple[tuple[int, int], ...]:
         """(src stage, dst stage) of consecutive chunks in model order (chunk wrap-arounds included; a
         V-shaped schedule's turn stays on one stage)."""

@@ -26,15 +26,16 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
   ranks (dp·cp/ep for expert weights); ZeRO-1/2 also all-gather the updated bf16 weights after the
   optimizer (``dp_gather_s``), overlapping the next step's first forward (Megatron
   --overlap-param-gather); hierarchical across buildings when the cross-building algorithm is.
-- Shared resources: ``resource_busy`` adds up, per building's links and per GPU's NIC, the bytes of every
-  class that crosses them; no step is shorter than the busiest.
+- Shared resources: every transfer and collective lists the resource-seconds it needs of each resource it
+  crosses — a GPU's NIC each way, each cross-building link each way (``dp_uses``, ``route_uses``,
+  ``_transfer_uses``) — so the simulator can share them among concurrent flows; ``resource_busy`` adds them
+  up per step, and no step is shorter than the busiest.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,7 @@ from ..spec.model import ModelSpec
 from ..spec.network import CollectiveAlgorithm, TrafficClassConfig
 from ..spec.plan import DpSync, Plan, Recompute
 from .attention import attention_block
-from .collectives import Collective, Level, group_size, span_collective_s
+from .collectives import Collective, Level, span_collective_s
 from .compute import (
     LayerKind,
     OpTimes,
@@ -148,6 +149,7 @@ def _local_levels(building: Building, span: GroupSpan, config: TrafficClassConfi
 class _ChunkCost:
     times: OpTimes  # compute + exposed communication
     exposed: dict[str, float]  # per class, fwd + bwd of one micro-batch
+    zero3_gather_s: float  # ZeRO-3 gathers beside one forward (and again one backward), network to itself
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
@@ -239,13 +241,11 @@ def tp_exposed_s(
 
 @dataclass(frozen=True)
 class _DpCollectives:
-    """How one stage's DP groups talk: levels of the dense and expert groups, the algorithm, and the
-    goodput of the slowest cross-building route of their ring with every GPU of its ends connected."""
+    """How one stage's DP groups talk: levels of the dense and expert groups and the algorithm."""
 
     dense: list[Level]
     expert: list[Level]
     algorithm: CollectiveAlgorithm
-    route_bytes_per_s: float  # 0 when the groups stay inside one building
 
 
 @functools.lru_cache(maxsize=4096)  # called per chunk, per layer kind (ZeRO-3) and per stage (resource_busy)
@@ -261,17 +261,14 @@ def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
         if algorithm is CollectiveAlgorithm.HIERARCHICAL:
             algorithm = CollectiveAlgorithm.RING
     hierarchical = algorithm is CollectiveAlgorithm.HIERARCHICAL
-    route = 0.0
-    if dense.crosses_buildings:
-        names = list(dense.buildings)
-        route = min(route_capacity(layout, a, b) for a, b in zip(names, names[1:] + names[:1], strict=True))
     return _DpCollectives(
         span_levels(layout, dense, plan.tp, hierarchical),
         span_levels(layout, expert, plan.tp * plan.ep, hierarchical),
-        algorithm, route,
+        algorithm,
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def route_capacity(layout: ResolvedPlan, a: str, b: str) -> float:
     """Goodput (bytes/s) of the route a → b when every GPU of the smaller end holds a connection: what all
     traffic classes crossing it share."""
@@ -304,13 +301,15 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     kinds = list(layout.kinds[stage][chunk])
     total = OpTimes(0.0, 0.0, 0.0)
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
+    gathers = 0.0
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
-        nonlocal total
+        nonlocal total, gathers
         if plan.zero_stage >= 3 and (params.dense or params.expert):
             gather = _zero3_gather_s(layout, stage, params)
             fwd, bwd = max(0.0, gather - times.fwd_s), max(0.0, gather - times.bwd_s)
             exposed["dp"] += count * (fwd + bwd)
+            gathers += count * gather
             times = times + OpTimes(fwd, bwd, 0.0)
         total = total + times.scaled(count)
 
@@ -332,7 +331,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed)
+    return _ChunkCost(total, exposed, gathers)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -342,13 +341,13 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
 
 @dataclass(frozen=True)
 class _DpSync:
-    """One chunk's DP traffic: seconds with the route to itself, and seconds of the whole cross-building
-    route its bytes need (what stages sharing the route split; 0 inside a building)."""
+    """One chunk's DP traffic: seconds with the network to itself, and the resource-seconds its bytes need
+    (``dp_uses``: routes of the ring, NICs per building)."""
 
     sync_s: float
     gather_s: float
-    sync_route_s: float
-    gather_route_s: float
+    sync_uses: dict[str, float]
+    gather_uses: dict[str, float]
 
 
 def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
@@ -356,25 +355,71 @@ def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
 
     ZeRO-0: all-reduce of the gradients, no gather. ZeRO-1/2: reduce-scatter of the gradients, and
     after the optimizer the all-gather of the updated bf16 parameters. ZeRO-3: reduce-scatter (its
-    gathers are per micro-batch, in the op times). Dense weights over dp·cp ranks, experts over dp·cp/ep.
-    Route seconds: the bytes entering a building (``_ring_volume`` per half, all tp (·ep) groups of the
-    stage) ÷ ``route_capacity``, the share the stages' syncs split.
+    gathers are per micro-batch, beside the ops). Dense weights over dp·cp ranks, experts over dp·cp/ep.
     """
     plan = layout.plan
     dp = _dp_collectives(layout, stage)
     sync = Collective.ALL_REDUCE if plan.zero_stage == 0 else Collective.REDUCE_SCATTER
-    grads = gathers = grads_route = gathers_route = 0.0
     gather = plan.zero_stage in (1, 2)
-    for levels, count, groups in ((dp.dense, params.dense, plan.tp), (dp.expert, params.expert, plan.tp * plan.ep)):
+    grads = gathers = 0.0
+    for levels, count in ((dp.dense, params.dense), (dp.expert, params.expert)):
         grads += span_collective_s(sync, dp.algorithm, levels, count * co.GRAD_REDUCE_BYTES)
         if gather:
             gathers += span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count * co.WEIGHT_BYTES)
-        if dp.route_bytes_per_s > 0 and count > 0:
-            n, parts = group_size(levels), levels[-1].ranks
-            half = _ring_volume(dp.algorithm, n, parts) / 2 * count * groups / dp.route_bytes_per_s
-            grads_route += (2 if sync is Collective.ALL_REDUCE else 1) * half * co.GRAD_REDUCE_BYTES
-            gathers_route += half * co.WEIGHT_BYTES if gather else 0.0
-    return _DpSync(grads, gathers, grads_route, gathers_route)
+    halves = 2.0 if sync is Collective.ALL_REDUCE else 1.0
+    return _DpSync(grads, gathers, dp_uses(layout, stage, params, halves * co.GRAD_REDUCE_BYTES),
+                   dp_uses(layout, stage, params, co.WEIGHT_BYTES) if gather else {})
+
+
+def nic_names(group: str, stage: int) -> tuple[str, str]:
+    """Names of the send and receive sides of the NIC of one GPU of ``stage`` in pipeline group ``group``."""
+    return f"NIC {group} stage {stage} tx", f"NIC {group} stage {stage} rx"
+
+
+def _fabric_goodput(layout: ResolvedPlan, building: str) -> float:
+    """One GPU's fabric goodput (bytes/s) in ``building``: the capacity of its NIC resources."""
+    return fabric_path(layout.buildings[building], layout.network.intra_building).bandwidth_bytes_per_s
+
+
+def route_uses(layout: ResolvedPlan, src: str, dst: str, num_bytes: float) -> dict[str, float]:
+    """Resource-seconds of ``num_bytes`` sent from building src to dst: on every link of the route, each
+    way its own resource (``link x->y``), the bytes ÷ that link's ``route_capacity``."""
+    hops = layout.instance.cluster.route(src, dst).buildings
+    return {f"link {x}->{y}": num_bytes / route_capacity(layout, x, y) for x, y in itertools.pairwise(hops)}
+
+
+def dp_uses(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_param: float) -> dict[str, float]:
+    """Resource-seconds of one ring pass (a reduce-scatter or an all-gather; ``bytes_per_param`` counts the
+    passes) of a chunk's ``params`` over all DP groups of ``stage`` at once.
+
+    ``NIC <group> stage <s> tx|rx`` of every pipeline group: one GPU's NIC carries (each way) its (n−1)/n
+    share of its slice ÷ the members of its NVLink domain (the node's NICs split the scale-out traffic,
+    one rail each) ÷ its fabric goodput;
+    per edge a → b of the ring over the span's buildings, the bytes entering b (``_ring_volume`` half,
+    every tp (·ep) group of the stage) on the links of its route (``route_uses``).
+    """
+    plan = layout.plan
+    dp = _dp_collectives(layout, stage)
+    uses: dict[str, float] = {}
+    spans = ((layout.dp_span(stage), params.dense, plan.tp), (layout.expert_dp_span(stage), params.expert,
+                                                             plan.tp * plan.ep))
+    for span, count, groups in spans:
+        if span.size <= 1 or count <= 0:
+            continue
+        values = count * bytes_per_param
+        if span.crosses_domains:
+            per_gpu = values * (span.size - 1) / span.size / span.per_domain
+            for group, (stage_map, _) in zip(layout.pipeline_names, layout.pipelines, strict=True):
+                seconds = per_gpu / _fabric_goodput(layout, stage_map[stage])
+                for key in nic_names(group, stage):
+                    uses[key] = uses.get(key, 0.0) + seconds
+        if span.crosses_buildings:
+            entering = _ring_volume(dp.algorithm, span.size, len(span.buildings)) / 2 * values * groups
+            names = list(span.buildings)
+            for a, b in zip(names, names[1:] + names[:1], strict=True):
+                for key, seconds in route_uses(layout, a, b, entering).items():
+                    uses[key] = uses.get(key, 0.0) + seconds
+    return uses
 
 
 def _ring_volume(algorithm: CollectiveAlgorithm, n: int, parts: int) -> float:
@@ -387,56 +432,31 @@ def _ring_volume(algorithm: CollectiveAlgorithm, n: int, parts: int) -> float:
     return 2 * (n - 1) / n
 
 
-def resource_busy(layout: ResolvedPlan, p2p_bytes: float) -> dict[str, float]:
-    """Seconds each shared resource needs per step for all the traffic that crosses it.
-
-    ``ingress <b>``: every byte entering building b over its links (gradient sync, ZeRO gathers and
-    pipeline activations/gradients from other buildings) ÷ the goodput of all its links together.
-    ``NIC <b> stage s``: bytes one GPU's NIC sends per step for DP sync, ZeRO gathers and pipeline
-    transfers ÷ its fabric goodput. A step cannot be shorter than any of them, however the classes
-    interleave in time (the simulator's timeline shares resources within a class; this couples them).
-    """
-    instance, plan, network = layout.instance, layout.plan, layout.network
+def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: list[list[dict[str, float]]],
+                  gather_uses: list[list[dict[str, float]]]) -> dict[str, float]:
+    """Seconds each shared resource (a cross-building link each way, a GPU's NIC each way) needs per step:
+    the resource-seconds of every flow that crosses it — each group's pipeline transfers (m per boundary
+    and direction), its ZeRO-3 gathers (beside m forwards and m backwards of every chunk), every chunk's
+    gradient sync and ZeRO-1/2 gather. A step cannot be shorter than any of them, however the classes
+    interleave in time; in periodic steady state a step's traffic fits in one step."""
     m = layout.num_microbatches
-    ingress: dict[str, float] = {}
-    nic: dict[str, float] = {}
-    # ring halves (one reduce-scatter or all-gather of the buffer) per step: all-reduce, or RS + AG of the
-    # updated weights (ZeRO-1/2), or RS + a gather before every micro-batch's forward and backward (ZeRO-3)
-    halves = 2.0 if plan.zero_stage < 3 else 1.0 + 2.0 * m
-    for s in range(plan.pp):
-        dp = _dp_collectives(layout, s)
-        dense, expert = layout.dp_span(s), layout.expert_dp_span(s)
-        chunk_params = stage_params(layout, s)
-        weights = sum(p.dense for p in chunk_params), sum(p.expert for p in chunk_params)
-        for span, count in ((dense, weights[0]), (expert, weights[1])):
-            if span.size <= 1 or count <= 0:
-                continue
-            # bytes of one RS/AG half per GPU: its (n−1)/n share of its own slice; the NIC carries it ÷ per_domain
-            half = count * co.WEIGHT_BYTES * (span.size - 1) / span.size
-            if span.crosses_domains:
-                for name in span.buildings:
-                    key = f"NIC {name} stage {s}"
-                    nic[key] = nic.get(key, 0.0) + halves * half / span.per_domain
-            if span.crosses_buildings:
-                volume = _ring_volume(dp.algorithm, span.size, len(span.buildings)) / 2
-                stage_bytes = count * co.WEIGHT_BYTES * plan.tp * (plan.ep if span is expert else 1)
-                for name in span.buildings:
-                    ingress[name] = ingress.get(name, 0.0) + halves * volume * stage_bytes
-    for stage_map, replicas in layout.pipelines:
-        for a, b in layout.boundaries:
-            src, dst = stage_map[a], stage_map[b]
-            if src != dst:
-                moved = m * replicas * p2p_bytes * plan.tp * plan.cp
-                ingress[dst] = ingress.get(dst, 0.0) + moved
-                ingress[src] = ingress.get(src, 0.0) + moved
     busy: dict[str, float] = {}
-    for name, bytes_ in ingress.items():
-        capacity = sum(
-            route_capacity(layout, link.a, link.b) for link in instance.cluster.links if name in (link.a, link.b))
-        busy[f"ingress {name}"] = bytes_ / capacity if capacity > 0 else math.inf
-    for key, bytes_ in nic.items():
-        building = layout.buildings[key.split(" ")[1]]
-        busy[key] = bytes_ / fabric_path(building, network.intra_building).bandwidth_bytes_per_s
+
+    def add(uses: dict[str, float], times: float) -> None:
+        for key, seconds in uses.items():
+            busy[key] = busy.get(key, 0.0) + times * seconds
+
+    for group in groups:
+        for a, b in layout.boundaries:
+            if a != b:
+                add(group.transfer_uses[(a, b)], m)
+                add(group.transfer_uses[(b, a)], m)
+        for chunks in group.op_comm_uses:
+            for uses in chunks:
+                add(uses, 2 * m)
+    for stage in (*sync_uses, *gather_uses):
+        for uses in stage:
+            add(uses, 1)
     return busy
 
 
@@ -465,6 +485,32 @@ def _pp_links(layout: ResolvedPlan) -> dict:
     return links
 
 
+def _group_share(uses: dict[str, float], group: str, fraction: float) -> dict[str, float]:
+    """The part of a stage-wide collective's resource-seconds (``dp_uses``) one pipeline group's GPUs run:
+    their own NICs, and ``fraction`` (their share of the stage's replicas) of the routes."""
+    return {key: (seconds * fraction if key.startswith("link ") else seconds) for key, seconds in uses.items()
+            if key.startswith("link ") or key.startswith(f"NIC {group} stage ")}
+
+
+def _transfer_uses(layout: ResolvedPlan, group: str, stage_map: tuple[str, ...], replicas: int,
+                   p2p_bytes: float) -> dict[tuple[int, int], dict[str, float]]:
+    """Resource-seconds of one pipeline transfer per (src, dst) stage pair of a group, both directions:
+    the sender's NIC (send side) and the receiver's (receive side) at one GPU's slice; across buildings
+    also the route, carrying every replica's tp·cp slices."""
+    out: dict[tuple[int, int], dict[str, float]] = {}
+    plan = layout.plan
+    for a, b in {*layout.boundaries, *((b, a) for a, b in layout.boundaries)}:
+        if a == b:
+            continue
+        src, dst = stage_map[a], stage_map[b]
+        uses = {nic_names(group, a)[0]: p2p_bytes / _fabric_goodput(layout, src),
+                nic_names(group, b)[1]: p2p_bytes / _fabric_goodput(layout, dst)}
+        if src != dst:
+            uses.update(route_uses(layout, src, dst, p2p_bytes * replicas * plan.tp * plan.cp))
+        out[(a, b)] = uses
+    return out
+
+
 def build_workload(instance: Instance, plan: Plan) -> StepWorkload:
     """``layout_workload`` of ``plan`` (placement and network filled) on ``instance``."""
     return layout_workload(resolve(instance, plan))
@@ -484,12 +530,15 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         raise ValueError(
             f"global batch {job.global_batch_size} < dp·micro_batch = {plan.dp * plan.micro_batch_size}"
         )
+    p2p_bytes = job.seq_len * plan.micro_batch_size * model.hidden_size * 2 / (plan.tp * plan.cp)
     groups = []
     worst_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     worst_stage_time = -1.0
     cache: dict[tuple[int, int, str], _ChunkCost] = {}
-    for index, (stage_map, replicas) in enumerate(layout.pipelines):
-        fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
+    gather_uses = [[dp_uses(layout, s, p, co.WEIGHT_BYTES) if plan.zero_stage >= 3 else {}
+                    for p in stage_params(layout, s)] for s in range(pp)]
+    for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
+        fwd, bwd_in, bwd_w, gathers = (np.zeros((pp, v)) for _ in range(4))
         for s in range(pp):
             building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
@@ -498,17 +547,22 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                 if key not in cache:
                     cache[key] = _chunk_cost(layout, s, c, building)
                 cost = cache[key]
-                fwd[s, c], bwd_in[s, c], bwd_w[s, c] = (
-                    cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s,
+                fwd[s, c], bwd_in[s, c], bwd_w[s, c], gathers[s, c] = (
+                    cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s, cost.zero3_gather_s,
                 )
-                for name in COMM_CLASSES:
-                    stage_exposed[name] += m * cost.exposed[name]
+                for comm_class in COMM_CLASSES:
+                    stage_exposed[comm_class] += m * cost.exposed[comm_class]
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
-        name = "+".join(dict.fromkeys(stage_map)) + (f"#{index}" if len(layout.pipelines) > 1 else "")
-        groups.append(PipelineGroup(name, stage_map, fwd, bwd_in, bwd_w, replicas))
-    dp_sync, dp_gather, sync_route, gather_route = (np.zeros((pp, v)) for _ in range(4))
+        groups.append(PipelineGroup(
+            name, stage_map, fwd, bwd_in, bwd_w, replicas,
+            transfer_uses=_transfer_uses(layout, name, stage_map, replicas, p2p_bytes),
+            op_comm_s=gathers, op_comm_uses=tuple(tuple(_group_share(uses, name, replicas / plan.dp) for uses in chunks)
+                                                  for chunks in gather_uses)))
+    dp_sync, dp_gather = np.zeros((pp, v)), np.zeros((pp, v))
+    sync_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
+    param_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
     shared = np.zeros(pp, dtype=bool)
     optimizer = 0.0
     for s in range(pp):
@@ -517,7 +571,8 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         for c, p in enumerate(params):
             chunk = _dp_sync(layout, s, p)
             dp_sync[s, c], dp_gather[s, c] = chunk.sync_s, chunk.gather_s
-            sync_route[s, c], gather_route[s, c] = chunk.sync_route_s, chunk.gather_route_s
+            sync_uses[s].append(chunk.sync_uses)
+            param_uses[s].append(chunk.gather_uses)
         owned = sum(
             p.dense / (plan.dp * plan.cp) + p.expert / max(1, plan.dp * plan.cp // plan.ep) for p in params
         )
@@ -525,7 +580,6 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
             owned = sum(p.dense + p.expert for p in params)
         hbm = min(layout.buildings[b].gpu_spec.hbm_bandwidth_gb_per_s for b in layout.stage_replicas[s])
         optimizer = max(optimizer, owned * co.ADAM_BYTES_PER_PARAM / (hbm * 1e9 * co.HBM_EFFICIENCY))
-    p2p_bytes = job.seq_len * plan.micro_batch_size * model.hidden_size * 2 / (plan.tp * plan.cp)
     return StepWorkload(
         schedule=plan.schedule,
         pp=pp,
@@ -536,13 +590,13 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         links=_pp_links(layout),
         dp_sync_s=dp_sync,
         dp_gather_s=dp_gather,
-        dp_sync_route_s=sync_route,
-        dp_gather_route_s=gather_route,
+        dp_sync_uses=tuple(map(tuple, sync_uses)),
+        dp_gather_uses=tuple(map(tuple, param_uses)),
         dp_shared=shared,
         dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION if plan.dp_sync is DpSync.OVERLAP_BACKWARD else 0.0,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
-        resource_busy_s=resource_busy(layout, p2p_bytes),
+        resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses),
     )
 
 
@@ -593,8 +647,9 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
 
 
 def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
-    """Every directed path between buildings serves all its transfers one after another: T ≥ (earliest any
-    of them can be sent) + m·count·x + α + (least work left after any of them).
+    """Every directed path between buildings serves all its transfers one after another, and every shared
+    resource they cross (a link of a multi-hop route, a NIC) carries all of theirs: T ≥ (earliest any of
+    them can be sent) + m·Σ their seconds there + α + (least work left after any of them).
 
     With F(k), B(k) per micro-batch at model position k and a boundary k → k+1: a forward transfer there is
     sent ≥ Σ_{≤k} F and leaves Σ_{>k} F + Σ B behind it; a backward one is sent ≥ Σ F + Σ_{>k} B and
@@ -602,19 +657,23 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     m, size = workload.num_microbatches, workload.p2p_bytes
     at = _positions(workload, group)
     f_upto, b_upto = np.cumsum(at.fwd_s), np.cumsum(at.bwd_s)
-    uses: dict[tuple[str, str], list[tuple[float, float]]] = {}  # path → (earliest send, work left) per use
+    # path or resource → (earliest send, work left, seconds of it, latency) per transfer of one micro-batch
+    uses: dict[object, list[tuple[float, float, float, float]]] = {}
     for k in range(len(at.chunks) - 1):
         src, dst = at.buildings[k], at.buildings[k + 1]
         if src == dst:
             continue
-        uses.setdefault((src, dst), []).append((f_upto[k], f_upto[-1] - f_upto[k] + b_upto[-1]))
-        uses.setdefault((dst, src), []).append((f_upto[-1] + b_upto[-1] - b_upto[k], b_upto[k]))
-    best = 0.0
-    for path, items in uses.items():
-        link = workload.link(*path)
-        busy = m * len(items) * size / link.bandwidth_bytes_per_s
-        best = max(best, min(e for e, _ in items) + busy + link.latency_s + min(w for _, w in items))
-    return best
+        a, b = at.chunks[k][0], at.chunks[k + 1][0]
+        for (x, y), pair, earliest, left in (
+            ((src, dst), (a, b), f_upto[k], f_upto[-1] - f_upto[k] + b_upto[-1]),
+            ((dst, src), (b, a), f_upto[-1] + b_upto[-1] - b_upto[k], b_upto[k]),
+        ):
+            link = workload.link(x, y)
+            uses.setdefault((x, y), []).append((earliest, left, size / link.bandwidth_bytes_per_s, link.latency_s))
+            for resource, seconds in group.transfer_uses.get(pair, {}).items():
+                uses.setdefault(resource, []).append((earliest, left, seconds, link.latency_s))
+    return max((min(e for e, *_ in items) + m * sum(x for *_, x, _ in items) + min(lat for *_, lat in items)
+                + min(w for _, w, *_ in items) for items in uses.values()), default=0.0)
 
 
 @functools.lru_cache(maxsize=8)  # an entry holds pp·v·m·3 ops: few, large
@@ -769,15 +828,26 @@ def _released_after(window: np.ndarray, work: np.ndarray) -> float:
 
 def exposed_dp_s(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float | None = None) -> float:
     """DP sync not hidden behind the pipeline (``sync_windows``, ``overlap_fraction`` default: the
-    plan's): on each stage's DP stream, and on the route the stages share when their groups cross
-    buildings (route seconds)."""
+    plan's): on each stage's DP stream, and on every resource the stages' syncs share (its seconds)."""
     if overlap_fraction is None:
         overlap_fraction = workload.dp_overlap_fraction
     window = sync_windows(workload, group, overlap_fraction)
     alone = max(_released_after(window[s], workload.dp_sync_s[s]) for s in range(workload.pp))
-    shared = np.asarray(workload.dp_shared, dtype=bool)
-    route = _released_after(window[shared], workload.dp_sync_route_s[shared]) if shared.any() else 0.0
-    return max(0.0, alone, route)
+    shared = max((_released_after(window, seconds) for seconds in resource_seconds(workload.dp_sync_uses).values()),
+                 default=0.0)
+    return max(0.0, alone, shared)
+
+
+def resource_seconds(uses: tuple[tuple[dict[str, float], ...], ...]) -> dict[str, np.ndarray]:
+    """Per resource, the (pp, v) seconds of it each chunk's job needs (0 where unused)."""
+    out: dict[str, np.ndarray] = {}
+    for s, chunks in enumerate(uses):
+        for c, chunk in enumerate(chunks):
+            for key, seconds in chunk.items():
+                if key not in out:
+                    out[key] = np.zeros((len(uses), len(chunks)))
+                out[key][s, c] += seconds
+    return out
 
 
 def gather_windows(workload: StepWorkload) -> np.ndarray:
@@ -793,14 +863,15 @@ def gather_windows(workload: StepWorkload) -> np.ndarray:
 
 def exposed_gather_s(workload: StepWorkload) -> float:
     """ZeRO-1/2 parameter all-gathers not hidden behind the next step's forward (after the optimizer):
-    each stage's gathers less its window; stages whose groups cross buildings share the route, so stages
-    0..k need Σ of their route seconds within stage k's window."""
+    each stage's gathers less its window; on a resource the stages' gathers share, stages 0..k need Σ of
+    their seconds of it within stage k's window (windows grow with the stage)."""
     if not workload.dp_gather_s.any():
         return 0.0
     window = gather_windows(workload)
     alone = workload.dp_gather_s.sum(axis=1) - window
-    route = np.cumsum(np.where(workload.dp_shared, workload.dp_gather_route_s.sum(axis=1), 0.0)) - window
-    return max(0.0, float(alone.max()), float(route.max()))
+    shared = [float((np.cumsum(seconds.sum(axis=1)) - window).max())
+              for seconds in resource_seconds(workload.dp_gather_uses).values()]
+    return max(0.0, float(alone.max()), *shared)
 
 
 def busiest_resource(workload: StepWorkload) -> tuple[str, float]:

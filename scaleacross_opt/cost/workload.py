@@ -6,7 +6,7 @@ the discrete-event simulator both consume it, so they differ only in how they co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,13 @@ class PipelineGroup:
 
     Arrays have shape (pp, virtual_stages): seconds per micro-batch for stage s, chunk c, including
     the exposed part of TP/CP/EP communication and any recompute.
+
+    Shared resources (``simulator.flows``) are named ``link A->B`` (a cross-building link, one direction,
+    all replicas' traffic on it) and ``NIC <group> stage <s> tx|rx`` (one GPU of that stage of this group, per
+    direction). ``transfer_uses[(a, b)]``: resource-seconds (bytes ÷ capacity) one pipeline transfer from
+    stage a to stage b needs, all replicas of the group at once. ``op_comm_s``: seconds of the
+    scale-out communication that runs beside each F and B op of (stage, chunk) with the network to itself
+    (ZeRO-3's parameter gathers), never longer than the op; ``op_comm_uses[s][c]`` its resource-seconds.
     """
 
     name: str
@@ -51,6 +58,9 @@ class PipelineGroup:
     bwd_input_s: np.ndarray
     bwd_weight_s: np.ndarray
     num_replicas: int
+    transfer_uses: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
+    op_comm_s: np.ndarray | None = None
+    op_comm_uses: tuple[tuple[dict[str, float], ...], ...] = ()
 
     @property
     def bwd_s(self) -> np.ndarray:
@@ -69,11 +79,13 @@ class StepWorkload:
     groups: tuple[PipelineGroup, ...]
     p2p_bytes: float  # activation (forward) or activation-gradient (backward) bytes per micro-batch per boundary
     links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
-    dp_sync_s: np.ndarray  # (pp, v): time to sync one chunk's gradients across DP with the route to itself
+    dp_sync_s: np.ndarray  # (pp, v): time to sync one chunk's gradients across DP with the network to itself
     dp_gather_s: np.ndarray  # (pp, v): ZeRO-1/2 all-gather of one chunk's updated weights after the optimizer
-    dp_sync_route_s: np.ndarray  # (pp, v): seconds of the whole cross-building route one chunk's sync needs
-    dp_gather_route_s: np.ndarray  # (pp, v): likewise for its gather
-    dp_shared: np.ndarray  # (pp,) bool: the stage's DP group crosses buildings (stages share the route)
+    # [s][c]: resource-seconds (PipelineGroup's resource names) one chunk's sync / gather needs, all its
+    # DP groups at once: the routes of its ring, and every group's NICs of the stage
+    dp_sync_uses: tuple[tuple[dict[str, float], ...], ...]
+    dp_gather_uses: tuple[tuple[dict[str, float], ...], ...]
+    dp_shared: np.ndarray  # (pp,) bool: the stage's DP group crosses buildings
     dp_overlap_fraction: float  # part of a chunk's last backward its gradient sync may overlap (0: after it)
     optimizer_s: float  # optimizer step (after all gradient syncs)
     # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd

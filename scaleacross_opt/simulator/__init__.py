@@ -36,12 +36,14 @@ def report_from_result(
 
     Breakdown (sums to the step time): the busiest stage's compute minus the TP/CP/EP exposure
     already inside its op durations; bubble = makespan with free p2p − that busy time; exposed PP =
-    makespan − makespan with free p2p; exposed DP = optimizer start − makespan + the ZeRO-1/2 gathers the
-    next forward waits for; the busiest shared resource's excess over the timeline goes to DP (gradients
-    cross buildings) or PP. MFU = model FLOPs ÷ (Σ peak FLOP/s × step time).
+    makespan − makespan with free p2p, both with the classes timed apart; exposed DP = optimizer start −
+    makespan + the ZeRO-1/2 gathers the next forward waits for; what sharing resources adds to the
+    makespan goes to DP when ZeRO-3 gathers run beside the ops (they slow each other), else to PP (the
+    gradient syncs slow the transfers); the busiest shared resource's excess over the timeline goes to DP
+    (gradients cross buildings) or PP. MFU = model FLOPs ÷ (Σ peak FLOP/s × step time).
     """
-    makespan = result.pipeline_end_s
-    free = simulate_workload(_without_p2p(workload)).pipeline_end_s
+    makespan = result.apart_pipeline_end_s
+    free = simulate_workload(_without_p2p(workload), share=False).pipeline_end_s
     busy = max(float(g.busy_s.max()) for g in result.groups)
     comm = {k: float(workload.exposed_comm_s.get(k, 0.0)) for k in ("tp", "cp", "ep", "dp")}
     breakdown = {
@@ -54,10 +56,13 @@ def report_from_result(
         "exposed_dp_s": result.exposed_dp_s + result.exposed_gather_s + comm["dp"],
         "optimizer_s": result.optimizer_end_s - result.optimizer_start_s,
     }
+    zero3 = any(g.op_comm_s is not None and g.op_comm_s.any() for g in workload.groups)
+    breakdown["exposed_dp_s" if zero3 else "exposed_pp_s"] += result.sharing_s
     breakdown[workload.resource_excess_key] += result.resource_excess_s
     step = result.step_time_s
     details: dict[str, object] = {
-        "pipeline_makespan_s": makespan,
+        "pipeline_makespan_s": result.pipeline_end_s,
+        "resource_sharing_s": result.sharing_s,
         "per_stage": [
             {"group": g.name, "stage": s, "busy_s": float(g.busy_s[s]), "idle_s": g.makespan_s - float(g.busy_s[s]),
              "peak_in_flight_microbatches": float(result.graph.peak_in_flight[s])}

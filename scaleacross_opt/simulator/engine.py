@@ -8,48 +8,55 @@ the schedule's op order. An op starts when its stream is free and its data depen
   (B's need of F(mb, k) and W's of B(mb, k) are on the same stream and earlier in it — checked
   when the op graph is built — so the stream order already enforces them.)
 
-A dependency between different stages is a point-to-point transfer of ``p2p_bytes``: serialisation
-(bytes ÷ bandwidth) followed by the path's latency. Contention resources: a cross-building directed
-link (src, dst building) is one resource shared by all the group's transfers on it; inside a
-building every directed stage pair is its own resource (separate NICs) with the (b, b) path's
-bandwidth. Transfers on one resource are served first come, first served: a replica's sends to one
-peer are issued in order on one NCCL communicator (Megatron's p2p ops), each at the replica's share
-of the path. Symmetry: every group stands for its ``num_replicas`` identical replicas (each
-LinkShare is one replica's share of the path when all replicas transfer at once), so one
-representative per group is simulated.
+A dependency between different stages is a point-to-point transfer of ``p2p_bytes``: it waits first come,
+first served on its sender's path to that peer (a cross-building directed building pair is one path for the
+whole group; inside a building each directed stage pair is its own — one NCCL communicator per peer,
+Megatron's p2p ops), is then serialised (bytes ÷ the replica's share of the path) and arrives one latency
+later.
 
-DP sync: for each stage, chunk syncs run serialised on the stage's DP stream, each starting once
-that chunk's gradient buckets start to be ready in every group — ``workload.dp_overlap_fraction`` of
-the chunk's last backward op (W if split, else B) before it ends (bucketed reduce, PyTorch DDP /
-Megatron overlap_grad_reduce; 0 for a plan whose sync follows the backward) — in order of readiness.
-Stages whose DP groups cross buildings (``dp_shared``) share the route: the syncs active at one
-moment split it equally (processor sharing); stages inside buildings use their own NICs. The
-optimizer step follows the last sync. ZeRO-1/2 then all-gather the updated weights (same streams,
-same sharing); the next step's first forward of a stage waits for its first buckets, so the step
-lasts until every gather of stage s ends, less ``cost.step.gather_windows`` (the chunk-0 forwards
-of the stages before s and the ``dp_overlap_fraction`` of its own; the step is periodic).
-Finally, no step is shorter than the busiest shared resource
-(``workload.resource_busy_s``: all classes' bytes on a building's links or a GPU's NIC ÷ capacity),
-which couples the classes the timeline keeps apart.
+**Shared resources.** Every traffic class is a flow on the resources it crosses (``simulator.flows``): a
+GPU's NIC each way and each cross-building link each way, with capacity 1 and the resource-seconds the
+workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), ZeRO-3 parameter gathers
+beside each forward and backward (``op_comm_s``: the op ends when both its compute and its gathers are
+done), DP gradient syncs and ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
+Concurrent flows share each resource max-min fairly, so a sync overlapping the backward slows the gradient
+transfers on the same NIC or link, and every stage's ZeRO-3 gathers split the link they cross.
 
-Design (fastest exact method, per group):
+DP sync: for each stage, chunk syncs run serialised on the stage's DP stream, each released once that
+chunk's gradient buckets start to be ready in every group — ``workload.dp_overlap_fraction`` of the
+chunk's last backward op (W if split, else B) before its compute ends (bucketed reduce, PyTorch DDP /
+Megatron overlap_grad_reduce; 0 for a plan whose sync follows the backward) — in order of release. The
+optimizer step follows the last sync. ZeRO-1/2 then all-gather the updated weights (same streams, same
+sharing); the next step's first forward of a stage waits for its first buckets, so the step lasts until
+every gather of stage s ends, less ``cost.step.gather_windows`` (the step is periodic). Finally, no step is
+shorter than the busiest shared resource (``workload.resource_busy_s``: all flows' seconds on it per step).
+
+**Symmetry** (what keeps 100k GPUs cheap): every pipeline group stands for its ``num_replicas`` identical
+replicas, and one representative GPU per (group, stage) stands for the stage's tp·cp GPUs; resource-seconds
+already count every replica's bytes on a shared link, so one representative per group is simulated and the
+cost grows with pp·v·m, not with the GPU count.
+
+Design (fastest exact method):
 
 1. The op graph — ops grouped by stage in stream order, stream predecessor, data predecessor,
    topological order, peak in-flight activations — depends only on (schedule, pp, v, m) and is
    built once (``op_graph``, lru-cached) as numpy arrays; building it validates the order
    (every op exactly once, same-stage dependencies earlier in the stream, no deadlock).
-2. A list-scheduling pass in topological order computes start = max(stream free, data arrived)
-   with transfers charged latency + bytes ÷ bandwidth alone: one tight loop over plain lists.
-3. If no two transfers overlap on a resource (checked vectorised), that timeline is exact.
-   Otherwise the group is re-run by an event loop (heapq) in time order, where a transfer starts
-   when its resource is free (first come, first served).
+2. Each group alone: a list-scheduling pass in topological order computes start = max(stream free, data
+   arrived) with transfers charged latency + bytes ÷ bandwidth; if two transfers overlap on a path
+   (checked vectorised) the group is re-run by an event loop (heapq) with first-come-first-served paths.
+   The DP syncs are timed after it, sharing resources among themselves.
+3. If no resource is ever asked for more than its capacity by those separate timelines (a vectorised
+   sweep, ``_oversubscribed``), they are exact. Otherwise everything is re-run in one event loop
+   (``_joint_timeline``) where the flows share the resources.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -59,6 +66,7 @@ from ..cost.workload import PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
 from ..schedules.common import UNIT_OP_TIMES
+from .flows import FlowNetwork
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,6 +251,12 @@ class SimResult:
     gather_end_s: np.ndarray  # (pp, v)
     timeline_end_s: float  # optimizer end, or later while the gathers delay the next step's forward
     step_time_s: float  # timeline end, or the busiest shared resource's seconds when longer
+    apart_pipeline_end_s: float  # the same op order's last compute op with the classes timed apart
+
+    @property
+    def sharing_s(self) -> float:
+        """How much later the pipeline ends because its classes share resources (0 when they never contend)."""
+        return self.pipeline_end_s - self.apart_pipeline_end_s
 
     @property
     def exposed_dp_s(self) -> float:
@@ -265,23 +279,43 @@ class SimResult:
         return self.graph.num_ops * len(self.groups)
 
 
-def simulate_workload(workload: StepWorkload) -> SimResult:
+def simulate_workload(workload: StepWorkload, share: bool = True) -> SimResult:
     """Simulate one step of ``workload`` (see the module docstring for the model) with each candidate op
-    order; the fastest is the step (a framework picks its order from profiled times the same way)."""
-    results = [_simulate_order(graph, workload) for graph in candidate_op_graphs(workload)]
-    return min(results, key=lambda result: result.step_time_s)
+    order; the fastest is the step (a framework picks its order from profiled times the same way).
+
+    Each order is first timed with the classes apart; sharing resources never makes an order faster, so
+    the joint timeline runs only for orders that need it, fastest first, until the rest cannot win
+    (``share=False``: never; the classes meet only through the busiest-resource bound)."""
+    graphs = candidate_op_graphs(workload)
+    apart = [_simulate_order(graph, workload, joint=False) for graph in graphs]
+    best: tuple[float, int, SimResult] | None = None
+    for step, index in sorted((result.step_time_s, i) for i, (result, _) in enumerate(apart)):
+        if best is not None and step > best[0]:
+            break
+        result, shares = apart[index]
+        if shares and share:
+            joint, _ = _simulate_order(graphs[index], workload, joint=True)
+            result = replace(joint, apart_pipeline_end_s=result.pipeline_end_s)
+        best = min(best or (math.inf, index, result), (result.step_time_s, index, result), key=lambda x: x[:2])
+    assert best is not None
+    return best[2]
 
 
-def _simulate_order(graph: OpGraph, workload: StepWorkload) -> SimResult:
-    """One step of ``workload`` running the op order ``graph``."""
-    groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
+def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool) -> tuple[SimResult, bool]:
+    """One step of ``workload`` running the op order ``graph``, and whether its classes contend (their
+    timelines apart ask some resource for more than its capacity). ``joint``: time them together (the
+    joint timeline), else apart (exact when they do not contend)."""
+    contended = _contended_resources(graph, workload)
+    if joint:
+        groups, dp_start, dp_end = _joint_timeline(graph, workload, contended)
+    else:
+        groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
+        overlap = workload.dp_overlap_fraction
+        last = graph.last_backward
+        ready = np.max([g.end[last] - overlap * (g.end[last] - g.start[last]) for g in groups], axis=0)  # (pp, v)
+        dp_start, dp_end = stream_jobs(ready, np.asarray(workload.dp_sync_s, dtype=np.float64),
+                                       workload.dp_sync_uses)
     pipeline_end = max(g.makespan_s for g in groups)
-    overlap = workload.dp_overlap_fraction
-    last = graph.last_backward
-    ready = np.max([g.end[last] - overlap * (g.end[last] - g.start[last]) for g in groups], axis=0)  # (pp, v)
-    shared = np.asarray(workload.dp_shared, dtype=bool)
-    dp_start, dp_end = shared_streams(ready, np.asarray(workload.dp_sync_s, dtype=np.float64),
-                                      np.asarray(workload.dp_sync_route_s, dtype=np.float64), shared)
     optimizer_start = max(pipeline_end, float(dp_end.max()))
     optimizer_end = optimizer_start + workload.optimizer_s
     timeline_end = optimizer_end
@@ -290,83 +324,58 @@ def _simulate_order(graph: OpGraph, workload: StepWorkload) -> SimResult:
     if gather.any():
         window = gather_windows(workload)[:, None]
         release = np.full_like(gather, optimizer_end)
-        gather_start, gather_end = shared_streams(release, gather, np.asarray(workload.dp_gather_route_s), shared)
+        gather_start, gather_end = stream_jobs(release, gather, workload.dp_gather_uses)
         timeline_end = max(optimizer_end, float((gather_end - window).max()))
     _, busy = busiest_resource(workload)
-    return SimResult(
+    result = SimResult(
         graph=graph, groups=groups, pipeline_end_s=pipeline_end, dp_start_s=dp_start, dp_end_s=dp_end,
         optimizer_start_s=optimizer_start, optimizer_end_s=optimizer_end, gather_start_s=gather_start,
         gather_end_s=gather_end, timeline_end_s=timeline_end, step_time_s=max(timeline_end, busy),
+        apart_pipeline_end_s=pipeline_end,
     )
+    return result, not joint and _oversubscribed(graph, workload, groups, dp_start, dp_end, contended)
 
 
-def shared_streams(ready: np.ndarray, work: np.ndarray, route: np.ndarray, shared: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def stream_jobs(ready: np.ndarray, work: np.ndarray, uses: tuple[tuple[dict[str, float], ...], ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of jobs (stage s, chunk c) of ``work[s, c]`` seconds alone, released at ``ready[s, c]``.
 
-    Each stage serves its chunks one at a time in order of release (ties by chunk). Jobs of the
-    stages flagged ``shared`` also need ``route[s, c]`` seconds of one shared route; the active ones
-    get max-min fair shares of it (water-filling: a job needing the fraction route/work to go at full
-    speed gets at most that), and progress at min(1/work, share/route) of the job per second.
+    Each stage serves its chunks one at a time in order of release (ties by chunk); a job in progress is a
+    flow needing ``uses[s][c]`` resource-seconds, sharing them max-min fairly (``simulator.flows``) with
+    the other stages' jobs in progress.
     """
+    pp, v = ready.shape
     start, end = np.zeros_like(ready), np.zeros_like(ready)
-    orders: dict[int, list[int]] = {}
-    for s in range(ready.shape[0]):
-        order = [int(c) for c in np.argsort(ready[s], kind="stable")]
-        if shared[s]:
-            orders[s] = order
-            continue
-        t = 0.0
-        for c in order:
-            start[s, c] = t = max(t, ready[s, c])
-            end[s, c] = t = t + work[s, c]
-    heads = dict.fromkeys(orders, 0)
-    free_at = dict.fromkeys(orders, 0.0)
-    left: dict[int, float] = {}  # stage → fraction left of its job in progress
-    t = 0.0
-    while True:
-        for s, order in orders.items():  # admit released jobs of idle stages (empty ones end at once)
-            while s not in left and heads[s] < len(order) and max(ready[s, order[heads[s]]], free_at[s]) <= t:
-                c = order[heads[s]]
-                start[s, c] = max(ready[s, c], free_at[s])
-                if work[s, c] > 0:
-                    left[s] = 1.0
-                else:
-                    end[s, c] = free_at[s] = start[s, c]
-                    heads[s] += 1
-        pending = [max(ready[s, order[heads[s]]], free_at[s]) for s, order in orders.items()
-                   if s not in left and heads[s] < len(order)]
-        if not left:
-            if not pending:
-                return start, end
-            t = min(pending)
-            continue
-        rates = _fair_rates({s: (work[s, orders[s][heads[s]]], route[s, orders[s][heads[s]]]) for s in left})
-        dt = min([left[s] / rates[s] for s in left] + [p - t for p in pending if p > t])
-        t += dt
-        for s in list(left):
-            left[s] -= dt * rates[s]
-            if left[s] <= 1e-12:
-                end[s, orders[s][heads[s]]] = free_at[s] = t
-                heads[s] += 1
-                del left[s]
+    releases = sorted((float(ready[s, c]), s, c) for s in range(pp) for c in range(v))
+    queues: list[list[int]] = [[] for _ in range(pp)]
+    busy = [False] * pp
+    net = FlowNetwork()
+    k = 0
+
+    def serve(s: int, t: float) -> None:
+        while queues[s] and not busy[s]:
+            c = queues[s].pop(0)
+            start[s, c] = end[s, c] = t
+            if work[s, c] > 0:
+                net.start((s, c), float(work[s, c]), _shares(uses[s][c], float(work[s, c])))
+                busy[s] = True
+
+    while k < len(releases) or net:
+        t = min(releases[k][0] if k < len(releases) else math.inf, net.next_finish())
+        for s, c in net.advance(t):
+            end[s, c], busy[s] = t, False
+            serve(s, t)
+        while k < len(releases) and releases[k][0] <= t:
+            _, s, c = releases[k]
+            queues[s].append(c)
+            serve(s, t)
+            k += 1
+    return start, end
 
 
-def _fair_rates(jobs: dict[int, tuple[float, float]]) -> dict[int, float]:
-    """Progress per second of jobs (work alone, route seconds) sharing one route max-min fairly."""
-    rates: dict[int, float] = {}
-    demand = {}
-    for s, (alone, need) in jobs.items():
-        if need <= 0:
-            rates[s] = 1.0 / alone
-        else:
-            demand[s] = need / alone  # route fraction for full speed
-    capacity = 1.0
-    for k, s in enumerate(sorted(demand, key=lambda x: (demand[x], x))):
-        share = min(demand[s], capacity / (len(demand) - k))
-        capacity -= share
-        rates[s] = share / jobs[s][1]
-    return rates
+def _shares(uses: dict[str, float], alone_s: float) -> list[tuple[str, float]]:
+    """A flow's resource-seconds as shares of each resource at full speed (``FlowNetwork`` uses)."""
+    return [(key, seconds / alone_s) for key, seconds in uses.items() if seconds > 0]
 
 
 def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload) -> GroupTimeline:
@@ -489,3 +498,234 @@ def _event_loop(
                 if pending[j] == 0:
                     push(events, (t + durs[j], _OP_END, j))
     return np.array(end), np.array(send), np.array(arrive)
+
+
+def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupTimeline, ...],
+                    dp_start: np.ndarray, dp_end: np.ndarray, contended: set[str]) -> bool:
+    """Whether the classes, timed apart (each group's transfers first come first served, the DP syncs
+    sharing only among themselves), ever ask one of the ``contended`` resources for more than its capacity
+    at once: then they slow each other and the joint timeline is needed. Each flow counts at its
+    full-speed demand (a sync slowed by the other syncs asks less: this may re-run a timeline that was
+    exact, never skip one that was not)."""
+    if not contended:
+        return False
+    rows: list[tuple[np.ndarray, np.ndarray, str, float]] = []  # starts, ends, resource, demand
+
+    def add(t0: np.ndarray, t1: np.ndarray, uses: dict[str, float], alone: float) -> None:
+        rows.extend((t0, t1, key, seconds / alone) for key, seconds in uses.items() if key in contended)
+
+    for timeline, group in zip(groups, workload.groups, strict=True):
+        for k, (a, b) in enumerate(graph.pairs.tolist()):
+            ops = graph.remote & (graph.pair_index == k)
+            link = workload.link(group.stage_building[a], group.stage_building[b])
+            work = workload.p2p_bytes / link.bandwidth_bytes_per_s
+            if work > 0 and ops.any():
+                done = timeline.arrive[ops] - link.latency_s  # serialisation ends
+                add(done - work, done, group.transfer_uses.get((a, b), {}), work)
+        if group.op_comm_s is not None:
+            beside = graph.kind != OpKind.W
+            for (st, c), alone in np.ndenumerate(group.op_comm_s):
+                ops = beside & (graph.stage == st) & (graph.chunk == c)
+                if alone > 0 and ops.any():
+                    add(timeline.start[ops], timeline.start[ops] + alone, group.op_comm_uses[st][c], alone)
+    for (st, c), alone in np.ndenumerate(workload.dp_sync_s):
+        if alone > 0:
+            add(dp_start[st, c:c + 1], dp_end[st, c:c + 1], workload.dp_sync_uses[st][c], alone)
+    if not rows:
+        return False
+    index = {key: i for i, key in enumerate(sorted(contended))}
+    resource = np.concatenate([np.full(2 * t0.size, index[key]) for t0, _, key, _ in rows])
+    time = np.concatenate([np.concatenate([t0, t1]) for t0, t1, *_ in rows])
+    delta = np.concatenate([np.concatenate([np.full(t0.size, u), np.full(t0.size, -u)]) for t0, _, _, u in rows])
+    order = np.lexsort((delta, time, resource))  # at one instant, ends (negative) before starts
+    return bool(np.cumsum(delta[order]).max() > 1.0 + 1e-9)
+
+
+_COMPUTED, _ARRIVED, _RELEASED = 0, 1, 2  # timed events of the joint timeline
+
+
+def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
+    """Resources whose flows may together ask for more than their capacity at some moment: per resource,
+    Σ of the demands of every transfer path and, per stage, of the largest ZeRO-3 gather and DP sync (a
+    stage runs one op and one sync at a time). The others never slow a flow."""
+    most: dict[str, float] = {}
+
+    def add(uses: dict[str, float], alone: float, into: dict[str, float]) -> None:
+        for key, seconds in uses.items():
+            into[key] = max(into.get(key, 0.0), seconds / alone)
+
+    for group in workload.groups:
+        for a, b in graph.pairs.tolist():
+            link = workload.link(group.stage_building[a], group.stage_building[b])
+            work = workload.p2p_bytes / link.bandwidth_bytes_per_s
+            if work > 0:
+                for key, seconds in group.transfer_uses.get((a, b), {}).items():
+                    most[key] = most.get(key, 0.0) + seconds / work
+        for stage in range(graph.pp):
+            largest: dict[str, float] = {}
+            for c in range(graph.virtual_stages):
+                if group.op_comm_s is not None and group.op_comm_s[stage, c] > 0:
+                    add(group.op_comm_uses[stage][c], float(group.op_comm_s[stage, c]), largest)
+            for key, u in largest.items():
+                most[key] = most.get(key, 0.0) + u
+    for stage in range(graph.pp):
+        largest = {}
+        for c in range(graph.virtual_stages):
+            if workload.dp_sync_s[stage, c] > 0:
+                add(workload.dp_sync_uses[stage][c], float(workload.dp_sync_s[stage, c]), largest)
+        for key, u in largest.items():
+            most[key] = most.get(key, 0.0) + u
+    return {key for key, u in most.items() if u > 1.0 + 1e-9}
+
+
+def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
+                    ) -> tuple[tuple[GroupTimeline, ...], np.ndarray, np.ndarray]:
+    """Every group's pipeline and the DP syncs in one event loop, all traffic sharing the resources.
+
+    An op starts when its stream is free and its input arrived; its compute takes its duration, and its
+    scale-out communication (``PipelineGroup.op_comm_s``, ZeRO-3 gathers) runs beside it as a flow: the op
+    ends when both are done. A transfer waits first come, first served on its path (one NCCL communicator
+    per peer, as in ``_event_loop``), then is a flow; it arrives one latency after its last byte left. A
+    chunk's DP sync is released ``1 − dp_overlap_fraction`` into its last backward op in every group and
+    runs on its stage's DP stream as a flow. Flows share every resource they cross max-min fairly
+    (``simulator.flows``), so PP transfers, ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
+    Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
+    """
+    n, v = graph.num_ops, graph.virtual_stages
+    overlap = workload.dp_overlap_fraction
+    net = FlowNetwork(contended)
+    events: list[tuple[float, int, int, int]] = []
+    stream_next, consumers = graph.stream_next.tolist(), graph.consumers.tolist()
+    stage_of, chunk_of = graph.stage.tolist(), graph.chunk.tolist()
+    is_last = {int(i): (s, c) for (s, c), i in np.ndenumerate(graph.last_backward)}
+    release = np.full((graph.pp, v), -np.inf)
+    released = np.zeros((graph.pp, v), dtype=np.int64)
+    dp_queue: list[list[int]] = [[] for _ in range(graph.pp)]
+    dp_busy = [False] * graph.pp
+    dp_start, dp_end = np.zeros((graph.pp, v)), np.zeros((graph.pp, v))
+    state = []
+    for group in workload.groups:
+        bwd = group.bwd_input_s if graph.splits_backward else group.bwd_s
+        dur = np.stack([group.fwd_s, bwd, group.bwd_weight_s])[graph.kind, graph.stage, graph.chunk]
+        names, pair_resource, work, latency = _resources(graph, group, workload)
+        res = np.full(n, -1, dtype=np.int64)
+        res[graph.remote] = pair_resource[graph.pair_index[graph.remote]]
+        comm = (np.zeros(n) if group.op_comm_s is None
+                else group.op_comm_s[graph.stage, graph.chunk] * (graph.kind != OpKind.W))
+        pair_uses = {}
+        for k, (a, b) in enumerate(graph.pairs.tolist()):
+            w = float(work[pair_resource[k]])
+            pair_uses[k] = _shares(group.transfer_uses.get((a, b), {}), w) if w > 0 else []
+        state.append({
+            "dur": dur.tolist(), "comm": comm.tolist(), "res": res.tolist(), "pair": graph.pair_index.tolist(),
+            "work": work.tolist(), "latency": latency.tolist(), "names": names, "pair_uses": pair_uses,
+            "pending": ((graph.stream_prev >= 0).astype(np.int64) + (graph.data_dep >= 0)).tolist(),
+            "parts": [0] * n, "start": [0.0] * n, "end": [0.0] * n, "send": [math.nan] * n,
+            "arrive": [math.nan] * n, "queues": [[] for _ in names], "sending": [False] * len(names),
+            "comm_uses": {}, "group": group,
+        })
+
+    def start_op(g: int, i: int, t: float) -> None:
+        st = state[g]
+        st["start"][i] = t
+        st["parts"][i] = 1
+        heapq.heappush(events, (t + st["dur"][i], _COMPUTED, g, i))
+        if st["comm"][i] > 0:
+            s, c = stage_of[i], chunk_of[i]
+            uses = st["comm_uses"].setdefault((s, c), _shares(st["group"].op_comm_uses[s][c], st["comm"][i]))
+            net.start(("op", g, i), st["comm"][i], uses)
+            st["parts"][i] += 1
+        if i in is_last:
+            s, c = is_last[i]
+            release[s, c] = max(release[s, c], t + (1.0 - overlap) * st["dur"][i])
+            released[s, c] += 1
+            if released[s, c] == len(state):
+                heapq.heappush(events, (float(release[s, c]), _RELEASED, s, c))
+
+    def satisfy(g: int, i: int, t: float) -> None:
+        pending = state[g]["pending"]
+        pending[i] -= 1
+        if pending[i] == 0:
+            start_op(g, i, t)
+
+    def send_next(g: int, r: int, t: float) -> None:
+        st = state[g]
+        while st["queues"][r] and not st["sending"][r]:
+            c = st["queues"][r].pop(0)
+            if st["work"][r] > 0:
+                net.start(("xfer", g, c), st["work"][r], st["pair_uses"][st["pair"][c]])
+                st["sending"][r] = True
+            else:
+                heapq.heappush(events, (t + st["latency"][r], _ARRIVED, g, c))
+
+    def end_op(g: int, i: int, t: float) -> None:
+        st = state[g]
+        st["end"][i] = t
+        if stream_next[i] >= 0:
+            satisfy(g, stream_next[i], t)
+        for c in consumers[i]:
+            if c < 0:
+                continue
+            r = st["res"][c]
+            if r < 0:
+                satisfy(g, c, t)
+                continue
+            st["send"][c] = t
+            st["queues"][r].append(c)
+            send_next(g, r, t)
+
+    def serve_dp(s: int, t: float) -> None:
+        while dp_queue[s] and not dp_busy[s]:
+            c = dp_queue[s].pop(0)
+            dp_start[s, c] = dp_end[s, c] = t
+            alone = float(workload.dp_sync_s[s, c])
+            if alone > 0:
+                net.start(("dp", s, c), alone, _shares(workload.dp_sync_uses[s][c], alone))
+                dp_busy[s] = True
+
+    def part_done(g: int, i: int, t: float) -> None:
+        st = state[g]
+        st["parts"][i] -= 1
+        if st["parts"][i] == 0:
+            end_op(g, i, t)
+
+    for g, st in enumerate(state):
+        for i in range(n):
+            if st["pending"][i] == 0:
+                start_op(g, i, 0.0)
+    while events or net:
+        t = min(events[0][0] if events else math.inf, net.next_finish())
+        for what, a, b in net.advance(t):
+            if what == "op":
+                part_done(a, b, t)
+            elif what == "xfer":
+                st = state[a]
+                r = st["res"][b]
+                st["sending"][r] = False
+                heapq.heappush(events, (t + st["latency"][r], _ARRIVED, a, b))
+                send_next(a, r, t)
+            else:
+                dp_end[a, b], dp_busy[a] = t, False
+                serve_dp(a, t)
+        while events and events[0][0] <= t:
+            _, kind, a, b = heapq.heappop(events)
+            if kind == _COMPUTED:
+                part_done(a, b, t)
+            elif kind == _ARRIVED:
+                state[a]["arrive"][b] = t
+                satisfy(a, b, t)
+            else:
+                dp_queue[a].append(b)
+                serve_dp(a, t)
+    timelines = []
+    for st in state:
+        if min(st["pending"]) > 0 or any(st["parts"]):
+            raise RuntimeError("joint timeline ended with ops not run")  # the op graph was validated: a bug
+        end = np.array(st["end"])
+        dur = np.array(st["dur"])
+        timelines.append(GroupTimeline(
+            name=st["group"].name, start=np.array(st["start"]), end=end, send=np.array(st["send"]),
+            arrive=np.array(st["arrive"]), resource=np.array(st["res"]), resources=st["names"],
+            busy_s=np.add.reduceat(dur, graph.stage_start[:-1]), makespan_s=float(end.max()), contended=True,
+        ))
+    return tuple(timelines), dp_start, dp_end

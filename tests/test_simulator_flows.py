@@ -1,0 +1,97 @@
+"""Shared resources in the simulator: max-min fair rates and traffic classes slowing each other."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scaleacross_opt.cost.step import estimate
+from scaleacross_opt.plan_defaults import fill_defaults
+from scaleacross_opt.simulator import simulate, simulate_workload
+from scaleacross_opt.simulator.flows import FlowNetwork, fair_rates
+from scaleacross_opt.simulator.synthetic import uniform_workload
+from scaleacross_opt.spec import Plan
+
+
+def test_one_full_resource_slows_its_flows_by_one_factor() -> None:
+    """Bandwidth in proportion to what each flow asks at full speed (its connections)."""
+    assert fair_rates([[("r", 1.0)], [("r", 1.0)]]) == [0.5, 0.5]
+    assert fair_rates([[("r", 1.0)], [("r", 0.3)]]) == pytest.approx([1 / 1.3, 1 / 1.3])
+    assert fair_rates([[("r", 0.2)], [("r", 0.3)]]) == [1.0, 1.0]  # room for both
+    assert fair_rates([[], [("r", 1.0)]]) == [1.0, 1.0]  # a flow on no shared resource runs alone
+
+
+def test_a_flow_is_held_by_its_bottleneck_and_frees_the_rest() -> None:
+    """Flow 0 crosses a and b; b also carries flow 1, so flow 0 runs at 1/2 and flow 2 gets the rest of a."""
+    assert fair_rates([[("a", 1.0), ("b", 1.0)], [("b", 1.0)], [("a", 1.0)]]) == pytest.approx([0.5, 0.5, 0.5])
+    assert fair_rates([[("a", 1.0), ("b", 1.0)], [("b", 1.0)], [("a", 0.4)]]) == pytest.approx([0.5, 0.5, 1.0])
+
+
+flows_strategy = st.lists(
+    st.dictionaries(st.sampled_from("abcd"), st.floats(0.01, 2.0), min_size=1, max_size=3), min_size=1, max_size=6)
+
+
+@given(flows_strategy)
+def test_fair_rates_are_feasible_and_max_min_fair(flows: list[dict[str, float]]) -> None:
+    """No resource above capacity; every flow below full speed has a full resource on which no flow runs
+    faster — the max-min fairness condition (a bottleneck for every slowed flow)."""
+    speed = fair_rates([list(f.items()) for f in flows])
+    load = {r: sum(x * f.get(r, 0.0) for x, f in zip(speed, flows, strict=True)) for r in "abcd"}
+    assert all(value <= 1 + 1e-9 for value in load.values())
+    for j, f in enumerate(flows):
+        if speed[j] < 1 - 1e-9:
+            assert any(load[r] >= 1 - 1e-9 and all(speed[k] <= speed[j] + 1e-9 for k, g in enumerate(flows) if r in g)
+                       for r in f), (j, speed, load)
+
+
+def test_flow_network_finishes_flows_at_their_shared_speeds() -> None:
+    """Two 1 s flows on one resource, the second starting at 0.5 s: both at half speed from 0.5 s."""
+    net = FlowNetwork()
+    net.start("x", 1.0, [("r", 1.0)])
+    assert net.next_finish() == 1.0
+    assert net.advance(0.5) == []
+    net.start("y", 1.0, [("r", 1.0)])
+    assert net.next_finish() == pytest.approx(1.5)
+    assert net.advance(1.5) == ["x"]
+    assert net.next_finish() == pytest.approx(2.0)
+    assert net.advance(2.0) == ["y"]
+    assert not net
+
+
+def test_dp_sync_slows_the_gradient_transfer_it_shares_a_route_with() -> None:
+    """Two stages in two buildings, one micro-batch, F = 1 s, B = 1 s, a 1 s transfer each way; each stage's
+    2 s DP sync needs both routes and starts halfway into its backward (overlap 0.5).
+
+    By hand: F on stage 0 [0, 1], activation [1, 2], F/B on stage 1 [2, 3] / [3, 4]; stage 1's sync starts at
+    3.5 alone (¼ done at 4); from 4 the gradient transfer and the sync share the route at ½ each: the
+    transfer ends at 6 (the sync is ¾ done), the sync at 6.5. B on stage 0 [6, 7]; its sync starts at 6.5,
+    alone, and ends at 8.5. Without sharing the transfer would end at 5 and the step at 7.5."""
+    workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, cuts=[1],
+                                p2p_bytes=1.0, bandwidth_bytes_per_s=1.0, dp_sync_s=2.0, dp_route_s=2.0)
+    result = simulate_workload(replace(workload, dp_overlap_fraction=0.5))
+    timeline = result.groups[0]
+    assert timeline.contended
+    assert timeline.start.tolist() == pytest.approx([0.0, 6.0, 2.0, 3.0])  # F0@0, B0@0, F0@1, B0@1
+    assert result.dp_start_s.ravel().tolist() == pytest.approx([6.5, 3.5])
+    assert result.dp_end_s.ravel().tolist() == pytest.approx([8.5, 6.5])
+    assert result.step_time_s == pytest.approx(8.5)
+
+
+def test_zero3_gathers_of_all_stages_share_the_cross_building_route(load_shipped_instance) -> None:
+    """ZeRO-3 with DP across two buildings on a slow (32 Gb/s) link: every stage gathers its weights over
+    the same route during its forwards and backwards, so the gathers slow each other (the joint timeline
+    runs) and the simulated step is at least the route's busy time; the closed form stays below it."""
+    instance = load_shipped_instance("small-two-buildings-llama3-8b")
+    data = instance.model_dump(mode="json", exclude_none=True)
+    for link in data["cluster"]["links"]:
+        link["bandwidth_gbps"] = 32.0
+    slow = type(instance).model_validate(data)
+    plan = fill_defaults(slow, Plan(tp=8, pp=2, dp=8, micro_batch_size=1, schedule="1f1b", zero_stage=3))
+    sim, est = simulate(slow, plan), estimate(slow, plan)
+    assert any(sim.details["link_contention"].values())
+    busiest = max(sim.details["resource_busy_s"].values())
+    assert sim.step_time_s >= busiest
+    assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
