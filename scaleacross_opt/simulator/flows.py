@@ -36,8 +36,10 @@ def fair_speeds(demand: np.ndarray) -> np.ndarray:
     vector rounds instead of one per resource)."""
     speed = np.ones(demand.shape[0])
     load = demand.sum(axis=0)  # of the flows still rising
-    if not load.size or load.max() <= 1.0:
+    over = load > 1.0  # a resource all its flows fit at full speed never fills first: leave it out
+    if not over.any():
         return speed
+    demand, load = demand[:, over], load[over]
     on = demand > 0
     rising = np.ones(demand.shape[0], dtype=bool)
     room = np.ones(load.size)
@@ -160,8 +162,9 @@ class FlowNetwork:
             return  # everybody was and stays at full speed
         active = np.flatnonzero(self._end < np.inf)
         speed = np.ones(self._end.size)
-        if self._load.max(initial=0.0) > 1.0:
-            speed[active] = fair_speeds(self._demand[active])
+        over = self._load > 1.0
+        if over.any():  # only those resources can fill (``fair_speeds``)
+            speed[active] = fair_speeds(self._demand[np.ix_(active, np.flatnonzero(over))])
         left = (self._end[active] - self.now) * self._speed[active]
         self._end[active] = self.now + left / speed[active]
         self._next = -math.inf
