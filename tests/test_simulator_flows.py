@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from scaleacross_opt.cost.step import estimate
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate, simulate_workload
-from scaleacross_opt.simulator.flows import FlowNetwork, fair_rates
+from scaleacross_opt.simulator.flows import FlowNetwork, fair_rates, fair_speeds_small
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import Plan
 
@@ -95,3 +96,30 @@ def test_zero3_gathers_of_all_stages_share_the_cross_building_route(load_shipped
     busiest = max(sim.details["resource_busy_s"].values())
     assert sim.step_time_s >= busiest
     assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
+
+
+def test_dp_sync_slows_the_all_to_all_its_compute_waits_for() -> None:
+    """One stage, one micro-batch, F = B = 1 s of which 0.5 s is an all-to-all on the NIC (full share) that
+    the rest of the op waits for; the 1 s DP sync needs the same NIC and starts 0.1 s into the backward.
+
+    By hand: F [0, 1]; B's all-to-all alone 1.0–1.1 (0.1 done), then it and the sync share the NIC at ½
+    each: the all-to-all's last 0.4 s take 0.8 s (ends 1.9), B's compute runs 1.9–2.4; the sync, 0.4 done
+    at 1.9, ends alone at 2.5. Timed apart: all-to-all 1.0–1.5, B ends 2.0, sync 1.1–2.1."""
+    workload = uniform_workload("1f1b", 1, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
+    nic = {"NIC g0 stage 0 tx": 1.0}
+    group = replace(workload.groups[0], inline_s=np.full((2, 1, 1), 0.5), inline_demand=((nic,),))
+    workload = replace(workload, groups=(group,), dp_sync_uses=((nic,),), dp_overlap_fraction=0.9)
+    result = simulate_workload(workload)
+    assert result.groups[0].end.tolist() == pytest.approx([1.0, 2.4])
+    assert result.dp_end_s.ravel().tolist() == pytest.approx([2.5])
+    assert result.step_time_s == pytest.approx(2.5)
+    assert result.apart_pipeline_end_s == pytest.approx(2.0) and result.sharing_s == pytest.approx(0.4)
+
+
+@given(flows_strategy)
+def test_small_and_vector_fillings_agree(flows: list[dict[str, float]]) -> None:
+    """The plain-Python filling (one resource at a time, used for small parts) and the vectorised one (all
+    resources that fill independently at once) give the same speeds."""
+    names = {r: i for i, r in enumerate("abcd")}
+    small = fair_speeds_small([[(names[r], u) for r, u in f.items()] for f in flows])
+    assert small == pytest.approx(fair_rates([list(f.items()) for f in flows]), rel=1e-9, abs=1e-12)

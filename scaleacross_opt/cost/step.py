@@ -150,6 +150,8 @@ class _ChunkCost:
     times: OpTimes  # compute + exposed communication
     exposed: dict[str, float]  # per class, fwd + bwd of one micro-batch
     zero3_gather_s: float  # ZeRO-3 gathers beside one forward (and again one backward), network to itself
+    ep_s: tuple[float, float]  # exposed EP all-to-all inside one forward, one backward
+    ep_nic_share: float  # share of the GPU's NIC (each way) that all-to-all occupies while it runs
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
@@ -191,10 +193,7 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
     out["cp"] = (cp_fwd, cp_bwd)
     ep_fwd = ep_bwd = 0.0
     if kind is LayerKind.MOE and plan.ep > 1:
-        assert model.moe is not None
-        ep_levels = _local_levels(building, local_span(plan.ep, plan.tp, building), intra)
-        routed = shard.tokens * model.moe.top_k * model.hidden_size * 2 / plan.tp  # SP: T/tp tokens per rank
-        a2a = 2 * span_collective_s(Collective.ALL_TO_ALL, ring, ep_levels, routed)  # dispatch + combine
+        a2a, _ = ep_all_to_all(instance, plan, building)
         ep_fwd = ep_bwd = a2a * (1.0 - co.EP_OVERLAP_FRACTION)
         if get_schedule(plan.schedule).pairs_microbatches:
             compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, plan.recompute)
@@ -203,6 +202,22 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
     if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
         out = {name: (f, b + f) for name, (f, b) in out.items()}
     return out
+
+
+def ep_all_to_all(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
+    """One MoE layer's EP dispatch + combine for one micro-batch on a GPU of ``building``: (seconds with the
+    network to itself, seconds of its NIC each way). Each TP rank routes its sequence-parallel slice,
+    (tokens/tp)·top_k·h·2 bytes; the share for peers outside its NVLink domain, (ep − per domain)/ep,
+    leaves through its NIC (``cost.collectives`` all-to-all)."""
+    model, job = instance.job.model_spec, instance.job
+    assert model.moe is not None and plan.network is not None
+    span = local_span(plan.ep, plan.tp, building)
+    shard = Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep)
+    routed = shard.tokens * model.moe.top_k * model.hidden_size * 2 / plan.tp
+    levels = _local_levels(building, span, plan.network.intra_building)
+    a2a = 2 * span_collective_s(Collective.ALL_TO_ALL, CollectiveAlgorithm.RING, levels, routed)
+    outside = 2 * routed * (plan.ep - span.per_domain) / plan.ep if span.crosses_domains else 0.0
+    return a2a, outside / fabric_path(building, plan.network.intra_building).bandwidth_bytes_per_s
 
 
 def tp_exposed_s(
@@ -302,6 +317,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     total = OpTimes(0.0, 0.0, 0.0)
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     gathers = 0.0
+    ep_fwd = ep_bwd = nic_share = 0.0
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
         nonlocal total, gathers
@@ -323,6 +339,10 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         add(layer, layer_params(model, kind, plan.tp, plan.ep), count)
         for name, (f, b) in comm.items():
             exposed[name] += count * (f + b)
+        if kind is LayerKind.MOE and plan.ep > 1:
+            a2a, nic = ep_all_to_all(instance, plan, building)
+            ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
+            nic_share = nic / a2a if a2a > 0 else 0.0
     heads = OpTimes(0.0, 0.0, 0.0)
     if (stage, chunk) == layout.order[0]:
         heads = heads + embedding_times(model, shard, gpu)
@@ -331,7 +351,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers)
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), nic_share)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -454,6 +474,9 @@ def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: 
         for chunks in group.op_comm_uses:
             for uses in chunks:
                 add(uses, 2 * m)
+        if group.inline_s is not None:
+            for (s, c), seconds in np.ndenumerate(group.inline_s.sum(axis=0)):
+                add(group.inline_demand[s][c], m * seconds)
     for stage in (*sync_uses, *gather_uses):
         for uses in stage:
             add(uses, 1)
@@ -539,6 +562,8 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                     for p in stage_params(layout, s)] for s in range(pp)]
     for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
         fwd, bwd_in, bwd_w, gathers = (np.zeros((pp, v)) for _ in range(4))
+        inline = np.zeros((2, pp, v))
+        inline_demand = [[{} for _ in range(v)] for _ in range(pp)]
         for s in range(pp):
             building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
@@ -550,6 +575,9 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                 fwd[s, c], bwd_in[s, c], bwd_w[s, c], gathers[s, c] = (
                     cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s, cost.zero3_gather_s,
                 )
+                inline[:, s, c] = cost.ep_s
+                if cost.ep_nic_share > 0:
+                    inline_demand[s][c] = dict.fromkeys(nic_names(name, s), cost.ep_nic_share)
                 for comm_class in COMM_CLASSES:
                     stage_exposed[comm_class] += m * cost.exposed[comm_class]
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
@@ -559,7 +587,8 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
             name, stage_map, fwd, bwd_in, bwd_w, replicas,
             transfer_uses=_transfer_uses(layout, name, stage_map, replicas, p2p_bytes),
             op_comm_s=gathers, op_comm_uses=tuple(tuple(_group_share(uses, name, replicas / plan.dp) for uses in chunks)
-                                                  for chunks in gather_uses)))
+                                                  for chunks in gather_uses),
+            inline_s=inline, inline_demand=tuple(map(tuple, inline_demand))))
     dp_sync, dp_gather = np.zeros((pp, v)), np.zeros((pp, v))
     sync_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
     param_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]

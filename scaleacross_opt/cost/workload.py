@@ -50,6 +50,9 @@ class PipelineGroup:
     stage a to stage b needs, all replicas of the group at once. ``op_comm_s``: seconds of the
     scale-out communication that runs beside each F and B op of (stage, chunk) with the network to itself
     (ZeRO-3's parameter gathers), never longer than the op; ``op_comm_uses[s][c]`` its resource-seconds.
+    ``inline_s[0 | 1]``: seconds of scale-out communication inside each F | B op that its compute waits for
+    (the exposed EP all-to-all), with the network to itself; ``inline_demand[s][c]`` the share of each
+    resource it occupies while it runs.
     """
 
     name: str
@@ -61,6 +64,8 @@ class PipelineGroup:
     transfer_uses: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
     op_comm_s: np.ndarray | None = None
     op_comm_uses: tuple[tuple[dict[str, float], ...], ...] = ()
+    inline_s: np.ndarray | None = None
+    inline_demand: tuple[tuple[dict[str, float], ...], ...] = ()
 
     @property
     def bwd_s(self) -> np.ndarray:

@@ -528,6 +528,11 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
                 ops = beside & (graph.stage == st) & (graph.chunk == c)
                 if alone > 0 and ops.any():
                     add(timeline.start[ops], timeline.start[ops] + alone, group.op_comm_uses[st][c], alone)
+        if group.inline_s is not None:
+            for (kind, st, c), alone in np.ndenumerate(group.inline_s):
+                ops = (graph.kind == (OpKind.F, OpKind.B)[kind]) & (graph.stage == st) & (graph.chunk == c)
+                if alone > 0 and ops.any():
+                    add(timeline.start[ops], timeline.start[ops] + alone, group.inline_demand[st][c], 1.0)
     for (st, c), alone in np.ndenumerate(workload.dp_sync_s):
         if alone > 0:
             add(dp_start[st, c:c + 1], dp_end[st, c:c + 1], workload.dp_sync_uses[st][c], alone)
@@ -535,7 +540,9 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
         return False
     index = {key: i for i, key in enumerate(sorted(contended))}
     resource = np.concatenate([np.full(2 * t0.size, index[key]) for t0, _, key, _ in rows])
-    time = np.concatenate([np.concatenate([t0, t1]) for t0, t1, *_ in rows])
+    # intervals shrunk by a rounding margin: back-to-back transfers of one queue touch, they do not overlap
+    time = np.concatenate([np.concatenate([t0 + 1e-9 * (1 + np.abs(t0)), t1 - 1e-9 * (1 + np.abs(t1))])
+                           for t0, t1, *_ in rows])
     delta = np.concatenate([np.concatenate([np.full(t0.size, u), np.full(t0.size, -u)]) for t0, _, _, u in rows])
     order = np.lexsort((delta, time, resource))  # at one instant, ends (negative) before starts
     return bool(np.cumsum(delta[order]).max() > 1.0 + 1e-9)
@@ -568,6 +575,12 @@ def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
                     add(group.op_comm_uses[stage][c], float(group.op_comm_s[stage, c]), largest)
             for key, u in largest.items():
                 most[key] = most.get(key, 0.0) + u
+            largest = {}
+            for c in range(graph.virtual_stages):
+                if group.inline_s is not None and group.inline_s[:, stage, c].any():
+                    add(group.inline_demand[stage][c], 1.0, largest)
+            for key, u in largest.items():
+                most[key] = most.get(key, 0.0) + u
     for stage in range(graph.pp):
         largest = {}
         for c in range(graph.virtual_stages):
@@ -584,11 +597,13 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
 
     An op starts when its stream is free and its input arrived; its compute takes its duration, and its
     scale-out communication (``PipelineGroup.op_comm_s``, ZeRO-3 gathers) runs beside it as a flow: the op
-    ends when both are done. A transfer waits first come, first served on its path (one NCCL communicator
-    per peer, as in ``_event_loop``), then is a flow; it arrives one latency after its last byte left. A
-    chunk's DP sync is released ``1 − dp_overlap_fraction`` into its last backward op in every group and
-    runs on its stage's DP stream as a flow. Flows share every resource they cross max-min fairly
-    (``simulator.flows``), so PP transfers, ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
+    ends when both are done. Communication the compute waits for (``inline_s``: the exposed EP
+    all-to-all) is a flow first, then the rest of the op's duration runs. A transfer waits first come,
+    first served on its path (one NCCL communicator per peer, as in ``_event_loop``), then is a flow; it
+    arrives one latency after its last byte left. A chunk's DP sync is released ``1 − dp_overlap_fraction``
+    into its last backward op in every group and runs on its stage's DP stream as a flow. Flows share every
+    resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, ZeRO-3
+    gathers and DP syncs on one NIC or link slow each other.
     Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
     """
     n, v = graph.num_ops, graph.virtual_stages
@@ -612,12 +627,18 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         res[graph.remote] = pair_resource[graph.pair_index[graph.remote]]
         comm = (np.zeros(n) if group.op_comm_s is None
                 else group.op_comm_s[graph.stage, graph.chunk] * (graph.kind != OpKind.W))
+        inline = np.zeros(n)
+        if group.inline_s is not None:
+            for kind, row in ((OpKind.F, 0), (OpKind.B, 1)):
+                ops = graph.kind == kind
+                inline[ops] = group.inline_s[row][graph.stage[ops], graph.chunk[ops]]
         pair_uses = {}
         for k, (a, b) in enumerate(graph.pairs.tolist()):
             w = float(work[pair_resource[k]])
             pair_uses[k] = _shares(group.transfer_uses.get((a, b), {}), w) if w > 0 else []
         state.append({
-            "dur": dur.tolist(), "comm": comm.tolist(), "res": res.tolist(), "pair": graph.pair_index.tolist(),
+            "dur": dur.tolist(), "comm": comm.tolist(), "inline": inline.tolist(), "res": res.tolist(),
+            "pair": graph.pair_index.tolist(),
             "work": work.tolist(), "latency": latency.tolist(), "names": names, "pair_uses": pair_uses,
             "pending": ((graph.stream_prev >= 0).astype(np.int64) + (graph.data_dep >= 0)).tolist(),
             "parts": [0] * n, "start": [0.0] * n, "end": [0.0] * n, "send": [math.nan] * n,
@@ -629,7 +650,11 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         st = state[g]
         st["start"][i] = t
         st["parts"][i] = 1
-        heapq.heappush(events, (t + st["dur"][i], _COMPUTED, g, i))
+        if st["inline"][i] > 0:  # its compute waits for the all-to-all, then runs the rest of the op
+            s, c = stage_of[i], chunk_of[i]
+            net.start(("inline", g, i), st["inline"][i], _shares(st["group"].inline_demand[s][c], 1.0))
+        else:
+            heapq.heappush(events, (t + st["dur"][i], _COMPUTED, g, i))
         if st["comm"][i] > 0:
             s, c = stage_of[i], chunk_of[i]
             uses = st["comm_uses"].setdefault((s, c), _shares(st["group"].op_comm_uses[s][c], st["comm"][i]))
@@ -698,6 +723,9 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         for what, a, b in net.advance(t):
             if what == "op":
                 part_done(a, b, t)
+            elif what == "inline":
+                st = state[a]
+                heapq.heappush(events, (t + st["dur"][b] - st["inline"][b], _COMPUTED, a, b))
             elif what == "xfer":
                 st = state[a]
                 r = st["res"][b]

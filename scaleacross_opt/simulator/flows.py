@@ -15,6 +15,7 @@ congestion control (DCQCN, TCP) converges to.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Hashable, Sequence
 
@@ -71,111 +72,141 @@ def fair_rates(flows: Sequence[Uses]) -> list[float]:
     return fair_speeds(demand).tolist()
 
 
+def fair_speeds_small(demand: list[list[tuple[int, float]]]) -> list[float]:
+    """``fair_speeds`` of a few flows, in plain Python (one resource filling at a time): flow j crosses the
+    (resource, demand) pairs ``demand[j]``; every resource listed is one its flows overfill at full speed."""
+    speed = [1.0] * len(demand)
+    rising = set(range(len(demand)))
+    room: dict[int, float] = {}
+    load: dict[int, float] = {}
+    for uses in demand:
+        for r, u in uses:
+            room[r] = 1.0
+            load[r] = load.get(r, 0.0) + u
+    while rising:
+        level, full = min(((max(room[r], 0.0) / load[r], r) for r in load if load[r] > _EPS), default=(1.0, -1))
+        if level >= 1.0:
+            break
+        for j in [j for j in rising if any(r == full for r, _ in demand[j])]:
+            speed[j] = max(level, 1e-9)
+            rising.discard(j)
+            for r, u in demand[j]:
+                room[r] -= speed[j] * u
+                load[r] -= u
+        load[full] = 0.0
+    return speed
+
+
 class FlowNetwork:
-    """Flows in progress, advanced through time at their fair speeds (recomputed when the set changes).
+    """Flows in progress, advanced through time at their fair speeds.
 
     ``resources``: the resources that may ever be asked for more than their capacity (the others never
-    slow a flow and are left out; ``None``: all). Flows live in array slots, each with its end time at
-    today's speeds, which changes only when the speeds do: one event costs a few vector operations,
-    however many flows are in progress.
+    slow a flow and are left out; ``None``: all). Speeds are max-min fair per connected part of the graph
+    of flows and overfull resources, so a flow starting or ending recomputes only its part; each flow keeps
+    its end time at today's speeds (a heap with lazy deletion gives the next one), which changes only when
+    its speed does. One event costs time in proportion to the flows of its part.
     """
+
+    _SMALL = 8  # parts up to this many flows are filled in plain Python, larger ones with numpy
 
     def __init__(self, resources: Collection[Hashable] | None = None) -> None:
         self.now = 0.0
         self._only = None if resources is None else set(resources)
         self._column: dict[Hashable, int] = {}
-        size = 8
-        self._demand = np.zeros((size, 0))
-        self._load = np.zeros(0)  # Σ demand of the flows in progress, per resource
-        self._end = np.full(size, np.inf)  # at today's speeds; ∞ for free slots
-        self._speed = np.ones(size)
-        self._order = np.zeros(size, dtype=np.int64)  # start sequence, for a deterministic finish order
-        self._key: list[Hashable] = [None] * size
-        self._free = list(range(size - 1, -1, -1))
+        self._load: list[float] = []  # Σ demand of the flows in progress, per resource
+        self._on: list[set[int]] = []  # flows in progress per resource
+        self._uses: dict[int, list[tuple[int, float]]] = {}  # per flow in progress: (resource, demand)
+        self._end: dict[int, float] = {}  # per flow in progress, at today's speeds
+        self._speed: dict[int, float] = {}
+        self._key: dict[int, Hashable] = {}
+        self._heap: list[tuple[float, int]] = []  # (end, flow); stale entries skipped
+        self._touched: set[int] = set()  # resources whose flows changed since the last refresh
         self._started = 0
-        self._active = 0
-        self._stale = False
-        self._slowed = False  # some flow runs below full speed
-        self._next = float("inf")  # the earliest end, as of the last ``next_finish`` (-∞: unknown)
 
     def __bool__(self) -> bool:
-        return self._active > 0
+        return bool(self._end)
 
     def start(self, key: Hashable, alone_s: float, uses: Uses) -> None:
         """A flow of ``alone_s`` > 0 seconds starts now."""
-        if not self._free:
-            self._grow()
-        slot = self._free.pop()
-        self._demand[slot] = 0.0
+        flow = self._started
+        self._started += 1
+        demand: dict[int, float] = {}
         for resource, u in uses:
-            if self._only is not None and resource not in self._only:
+            if u <= 0 or (self._only is not None and resource not in self._only):
                 continue
             if resource not in self._column:
-                self._column[resource] = self._demand.shape[1]
-                self._demand = np.pad(self._demand, ((0, 0), (0, 1)))
-                self._load = np.pad(self._load, (0, 1))
-            self._demand[slot, self._column[resource]] += u
-        self._end[slot], self._speed[slot] = self.now + alone_s, 1.0
-        self._next = -math.inf
-        self._order[slot] = self._started
-        self._key[slot] = key
-        self._started += 1
-        self._active += 1
-        if self._demand.shape[1] and self._demand[slot].any():  # others' speeds change only if it contends
-            self._load += self._demand[slot]
-            self._stale = True
+                self._column[resource] = len(self._load)
+                self._load.append(0.0)
+                self._on.append(set())
+            r = self._column[resource]
+            demand[r] = demand.get(r, 0.0) + u
+        self._uses[flow] = list(demand.items())
+        for r, u in demand.items():
+            self._load[r] += u
+            self._on[r].add(flow)
+            self._touched.add(r)
+        self._end[flow], self._speed[flow], self._key[flow] = self.now + alone_s, 1.0, key
+        heapq.heappush(self._heap, (self.now + alone_s, flow))
 
     def next_finish(self) -> float:
         """When the first flow in progress ends at today's speeds (∞ when none)."""
         self._refresh()
-        self._next = float(self._end.min()) if self._active else float("inf")
-        return self._next
+        heap = self._heap
+        while heap and self._end.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
     def advance(self, t: float) -> list[Hashable]:
         """Move on to time ``t`` (≤ ``next_finish()``); return the flows that ended by then, in start order
         (a flow too short to move the clock still ends)."""
         self._refresh()
         self.now = t
-        if not self._active or self._next > t:
-            return []
-        slots = np.flatnonzero(self._end <= t)
-        if not slots.size:
-            return []
-        slots = slots[np.argsort(self._order[slots])]
-        self._end[slots] = np.inf
-        self._free.extend(slots.tolist())
-        self._active -= slots.size
-        if self._demand.shape[1]:
-            gone = self._demand[slots].sum(axis=0)
-            if gone.any():
-                self._load -= gone
-                self._stale = True
-        return [self._key[s] for s in slots.tolist()]
+        ended = []
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            end, flow = heapq.heappop(heap)
+            if self._end.get(flow) == end:  # not stale (an end that moved and came back has two entries)
+                ended.append(flow)
+        ended = sorted(set(ended))
+        for flow in ended:
+            del self._end[flow], self._speed[flow]
+            for r, u in self._uses.pop(flow):
+                self._load[r] -= u
+                self._on[r].discard(flow)
+                self._touched.add(r)
+        return [self._key.pop(flow) for flow in ended]
 
     def _refresh(self) -> None:
-        """New fair speeds after the set of contending flows changed; ends move with the speeds (the work left
-        at full speed, (end − now)·speed, is kept)."""
-        if not self._stale:
+        """New fair speeds for the part of the graph holding the touched resources; ends move with the
+        speeds (the work left at full speed, (end − now)·speed, is kept)."""
+        if not self._touched:
             return
-        self._stale = False
-        if self._load.max(initial=0.0) <= 1.0 and not self._slowed:
-            return  # everybody was and stays at full speed
-        active = np.flatnonzero(self._end < np.inf)
-        speed = np.ones(self._end.size)
-        over = self._load > 1.0
-        if over.any():  # only those resources can fill (``fair_speeds``)
-            speed[active] = fair_speeds(self._demand[np.ix_(active, np.flatnonzero(over))])
-        left = (self._end[active] - self.now) * self._speed[active]
-        self._end[active] = self.now + left / speed[active]
-        self._next = -math.inf
-        self._speed = speed
-        self._slowed = bool((speed[active] < 1.0).any())
-
-    def _grow(self) -> None:
-        size = self._end.size
-        self._demand = np.pad(self._demand, ((0, size), (0, 0)))
-        self._end = np.pad(self._end, (0, size), constant_values=np.inf)
-        self._speed = np.pad(self._speed, (0, size), constant_values=1.0)
-        self._order = np.pad(self._order, (0, size))
-        self._key += [None] * size
-        self._free = list(range(2 * size - 1, size - 1, -1))
+        part, flows, todo = set(), set(), list(self._touched)
+        self._touched = set()
+        while todo:  # grow the part: the flows on its resources, and the overfull resources they cross
+            r = todo.pop()
+            if r in part:
+                continue
+            part.add(r)
+            for flow in self._on[r] - flows:
+                flows.add(flow)
+                todo.extend(q for q, _ in self._uses[flow] if q not in part and self._load[q] > 1.0)
+        order = sorted(flows)
+        over = {r for r in part if self._load[r] > 1.0}
+        if not over:
+            speeds = [1.0] * len(order)
+        elif len(order) <= self._SMALL:
+            speeds = fair_speeds_small([[(r, u) for r, u in self._uses[f] if r in over] for f in order])
+        else:
+            columns = {r: i for i, r in enumerate(sorted(over))}
+            demand = np.zeros((len(order), len(columns)))
+            for i, flow in enumerate(order):
+                for r, u in self._uses[flow]:
+                    if r in columns:
+                        demand[i, columns[r]] += u
+            speeds = fair_speeds(demand).tolist()
+        for flow, speed in zip(order, speeds, strict=True):
+            if speed != self._speed[flow]:
+                end = self.now + (self._end[flow] - self.now) * self._speed[flow] / speed
+                self._speed[flow], self._end[flow] = speed, end
+                heapq.heappush(self._heap, (end, flow))
