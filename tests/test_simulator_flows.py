@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaleacross_opt.cost.step import estimate
+from scaleacross_opt.cost.step import build_workload, estimate
+from scaleacross_opt.cost.workload import OpFlow
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.simulator.flows import FlowNetwork, fair_rates, fair_speeds_small
@@ -107,7 +108,7 @@ def test_dp_sync_slows_the_all_to_all_its_compute_waits_for() -> None:
     at 1.9, ends alone at 2.5. Timed apart: all-to-all 1.0–1.5, B ends 2.0, sync 1.1–2.1."""
     workload = uniform_workload("1f1b", 1, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
     nic = {"NIC g0 stage 0 tx": 1.0}
-    group = replace(workload.groups[0], inline_s=np.full((2, 1, 1), 0.5), inline_demand=((nic,),))
+    group = replace(workload.groups[0], op_flows=(OpFlow("ep", np.full((2, 1, 1), 0.5), ((nic,),), inline=True),))
     workload = replace(workload, groups=(group,), dp_sync_uses=((nic,),), dp_overlap_fraction=0.9)
     result = simulate_workload(workload)
     assert result.groups[0].end.tolist() == pytest.approx([1.0, 2.4])
@@ -123,3 +124,18 @@ def test_small_and_vector_fillings_agree(flows: list[dict[str, float]]) -> None:
     names = {r: i for i, r in enumerate("abcd")}
     small = fair_speeds_small([[(names[r], u) for r, u in f.items()] for f in flows])
     assert small == pytest.approx(fair_rates([list(f.items()) for f in flows]), rel=1e-9, abs=1e-12)
+
+
+def test_cp_ring_across_nodes_is_a_flow_on_the_nics(load_shipped_instance) -> None:
+    """CP 16 at TP 1 spans two nodes: each forward and backward runs its ring's K/V exchange beside the
+    compute as a flow on the stage's NICs (with the network to itself no longer than the op), which counts
+    in the NICs' busy time; the closed form stays below the simulator."""
+    instance = load_shipped_instance("single-building-llama3-70b")
+    plan = fill_defaults(instance, Plan(tp=1, cp=16, pp=4, dp=16, micro_batch_size=1, schedule="1f1b",
+                                        zero_stage=1, recompute="full"))
+    workload = build_workload(instance, plan)
+    group = workload.groups[0]
+    (cp,) = [flow for flow in group.op_flows if flow.name == "cp"]
+    assert not cp.inline and cp.demand[0][0] and all(0 < u <= 1 for u in cp.demand[0][0].values())
+    assert (cp.seconds[0] <= group.fwd_s * (1 + 1e-9)).all() and (cp.seconds[1] <= group.bwd_input_s * (1 + 1e-9)).all()
+    assert estimate(instance, plan).step_time_s <= simulate(instance, plan).step_time_s * (1 + 1e-9)

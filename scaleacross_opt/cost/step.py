@@ -68,7 +68,7 @@ from .layout import GroupSpan, ResolvedPlan, local_span, resolve
 from .memory import ParamCount, layer_params, layout_memory, stage_params
 from .network import EffectivePath, effective_path
 from .report import BREAKDOWN_KEYS, StepReport
-from .workload import LinkShare, PipelineGroup, StepWorkload
+from .workload import LinkShare, OpFlow, PipelineGroup, StepWorkload
 
 COMM_CLASSES = ("tp", "cp", "ep", "dp")  # keys of StepWorkload.exposed_comm_s ('dp': ZeRO-3 gathers)
 
@@ -152,6 +152,8 @@ class _ChunkCost:
     zero3_gather_s: float  # ZeRO-3 gathers beside one forward (and again one backward), network to itself
     ep_s: tuple[float, float]  # exposed EP all-to-all inside one forward, one backward
     ep_nic_share: float  # share of the GPU's NIC (each way) that all-to-all occupies while it runs
+    cp_s: tuple[float, float]  # CP ring exchanges beside one forward, one backward, network to itself
+    cp_nic_share: float  # likewise for the CP ring
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
@@ -181,12 +183,7 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         out["tp"] = (tp_fwd, tp_fwd)
     cp_fwd = cp_bwd = 0.0
     if plan.cp > 1:
-        cp_levels = _local_levels(building, local_span(plan.cp, plan.tp, building), intra)
-        block = attention_block(model)
-        kv_bytes = shard.tokens * (block.k_width + block.v_width) * 2 / plan.tp  # bf16 K and V of the shard
-        bottleneck = min(lv.bandwidth_bytes_per_s / max(1, i * cp_levels[0].ranks) if i else lv.bandwidth_bytes_per_s
-                         for i, lv in enumerate(cp_levels) if lv.ranks > 1)
-        step = kv_bytes / bottleneck + max(lv.latency_s for lv in cp_levels if lv.ranks > 1)
+        step, _ = cp_ring_step(instance, plan, building)
         attention = attention_times(model, shard, building.gpu_spec)
         cp_fwd = max(0.0, (plan.cp - 1) * step - attention.fwd_s)
         cp_bwd = max(0.0, 2 * (plan.cp - 1) * step - attention.bwd_input_s)
@@ -202,6 +199,26 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
     if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
         out = {name: (f, b + f) for name, (f, b) in out.items()}
     return out
+
+
+def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
+    """One step of the CP ring (ring attention; cp − 1 of them per forward, twice that per backward) on a GPU
+    of ``building``: (seconds with the network to itself, seconds of its NIC each way). Each rank passes
+    its shard's bf16 K and V (2·tokens·kv·2/tp bytes) on at the group's slowest level; when the group spans
+    NVLink domains they cross the NIC."""
+    model, job = instance.job.model_spec, instance.job
+    assert plan.network is not None
+    intra = plan.network.intra_building
+    shard = Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep)
+    span = local_span(plan.cp, plan.tp, building)
+    levels = _local_levels(building, span, intra)
+    block = attention_block(model)
+    kv_bytes = shard.tokens * (block.k_width + block.v_width) * 2 / plan.tp
+    bottleneck = min(lv.bandwidth_bytes_per_s / max(1, i * levels[0].ranks) if i else lv.bandwidth_bytes_per_s
+                     for i, lv in enumerate(levels) if lv.ranks > 1)
+    step = kv_bytes / bottleneck + max(lv.latency_s for lv in levels if lv.ranks > 1)
+    nic = kv_bytes / fabric_path(building, intra).bandwidth_bytes_per_s if span.crosses_domains else 0.0
+    return step, nic
 
 
 def ep_all_to_all(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
@@ -318,6 +335,10 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     gathers = 0.0
     ep_fwd = ep_bwd = nic_share = 0.0
+    cp_fwd = cp_bwd = cp_share = 0.0
+    if plan.cp > 1:
+        step, nic = cp_ring_step(instance, plan, building)
+        cp_share = nic / step
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
         nonlocal total, gathers
@@ -343,6 +364,10 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
             a2a, nic = ep_all_to_all(instance, plan, building)
             ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
             nic_share = nic / a2a if a2a > 0 else 0.0
+        if plan.cp > 1:  # cp − 1 steps forward, 2(cp − 1) backward, and the forward's again under full recompute
+            passes = 3 if plan.recompute is Recompute.FULL else 2
+            cp_fwd += count * (plan.cp - 1) * step
+            cp_bwd += count * passes * (plan.cp - 1) * step
     heads = OpTimes(0.0, 0.0, 0.0)
     if (stage, chunk) == layout.order[0]:
         heads = heads + embedding_times(model, shard, gpu)
@@ -351,7 +376,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), nic_share)
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), nic_share, (cp_fwd, cp_bwd), cp_share)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -471,12 +496,9 @@ def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: 
             if a != b:
                 add(group.transfer_uses[(a, b)], m)
                 add(group.transfer_uses[(b, a)], m)
-        for chunks in group.op_comm_uses:
-            for uses in chunks:
-                add(uses, 2 * m)
-        if group.inline_s is not None:
-            for (s, c), seconds in np.ndenumerate(group.inline_s.sum(axis=0)):
-                add(group.inline_demand[s][c], m * seconds)
+        for flow in group.op_flows:
+            for (s, c), seconds in np.ndenumerate(flow.seconds.sum(axis=0)):
+                add(flow.demand[s][c], m * seconds)
     for stage in (*sync_uses, *gather_uses):
         for uses in stage:
             add(uses, 1)
@@ -561,9 +583,9 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
     gather_uses = [[dp_uses(layout, s, p, co.WEIGHT_BYTES) if plan.zero_stage >= 3 else {}
                     for p in stage_params(layout, s)] for s in range(pp)]
     for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
-        fwd, bwd_in, bwd_w, gathers = (np.zeros((pp, v)) for _ in range(4))
-        inline = np.zeros((2, pp, v))
-        inline_demand = [[{} for _ in range(v)] for _ in range(pp)]
+        fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
+        flows = {kind: (np.zeros((2, pp, v)), [[{} for _ in range(v)] for _ in range(pp)])
+                 for kind in ("zero3", "cp", "ep")}
         for s in range(pp):
             building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
@@ -572,23 +594,28 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                 if key not in cache:
                     cache[key] = _chunk_cost(layout, s, c, building)
                 cost = cache[key]
-                fwd[s, c], bwd_in[s, c], bwd_w[s, c], gathers[s, c] = (
-                    cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s, cost.zero3_gather_s,
+                fwd[s, c], bwd_in[s, c], bwd_w[s, c] = (
+                    cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s,
                 )
-                inline[:, s, c] = cost.ep_s
-                if cost.ep_nic_share > 0:
-                    inline_demand[s][c] = dict.fromkeys(nic_names(name, s), cost.ep_nic_share)
+                if cost.zero3_gather_s > 0:
+                    flows["zero3"][0][:, s, c] = cost.zero3_gather_s
+                    uses = _group_share(gather_uses[s][c], name, replicas / plan.dp)
+                    flows["zero3"][1][s][c] = {r: seconds / cost.zero3_gather_s for r, seconds in uses.items()}
+                for kind, seconds, share in (("cp", cost.cp_s, cost.cp_nic_share),
+                                             ("ep", cost.ep_s, cost.ep_nic_share)):
+                    if share > 0:
+                        flows[kind][0][:, s, c] = seconds
+                        flows[kind][1][s][c] = dict.fromkeys(nic_names(name, s), share)
                 for comm_class in COMM_CLASSES:
                     stage_exposed[comm_class] += m * cost.exposed[comm_class]
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
+        op_flows = tuple(OpFlow(kind, seconds, tuple(map(tuple, demand)), inline=kind == "ep")
+                         for kind, (seconds, demand) in flows.items() if seconds.any())
         groups.append(PipelineGroup(
             name, stage_map, fwd, bwd_in, bwd_w, replicas,
-            transfer_uses=_transfer_uses(layout, name, stage_map, replicas, p2p_bytes),
-            op_comm_s=gathers, op_comm_uses=tuple(tuple(_group_share(uses, name, replicas / plan.dp) for uses in chunks)
-                                                  for chunks in gather_uses),
-            inline_s=inline, inline_demand=tuple(map(tuple, inline_demand))))
+            transfer_uses=_transfer_uses(layout, name, stage_map, replicas, p2p_bytes), op_flows=op_flows))
     dp_sync, dp_gather = np.zeros((pp, v)), np.zeros((pp, v))
     sync_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
     param_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]

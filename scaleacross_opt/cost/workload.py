@@ -38,6 +38,23 @@ class LinkShare:
 
 
 @dataclass(frozen=True)
+class OpFlow:
+    """One traffic class's scale-out communication inside every F and B op of a pipeline group.
+
+    ``seconds[0 | 1, s, c]``: per forward | backward of (stage s, chunk c), with the network to itself;
+    ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
+    ``inline``: the op's compute waits for it (the exposed EP all-to-all, part of the op's duration),
+    else it runs beside the compute (ZeRO-3 gathers, the CP ring's K/V exchange: never longer than the op)
+    and the op ends when both are done.
+    """
+
+    name: str
+    seconds: np.ndarray
+    demand: tuple[tuple[dict[str, float], ...], ...]
+    inline: bool
+
+
+@dataclass(frozen=True)
 class PipelineGroup:
     """Replicas whose pipelines have the same stage → building map (same speeds, same links).
 
@@ -47,12 +64,8 @@ class PipelineGroup:
     Shared resources (``simulator.flows``) are named ``link A->B`` (a cross-building link, one direction,
     all replicas' traffic on it) and ``NIC <group> stage <s> tx|rx`` (one GPU of that stage of this group, per
     direction). ``transfer_uses[(a, b)]``: resource-seconds (bytes ÷ capacity) one pipeline transfer from
-    stage a to stage b needs, all replicas of the group at once. ``op_comm_s``: seconds of the
-    scale-out communication that runs beside each F and B op of (stage, chunk) with the network to itself
-    (ZeRO-3's parameter gathers), never longer than the op; ``op_comm_uses[s][c]`` its resource-seconds.
-    ``inline_s[0 | 1]``: seconds of scale-out communication inside each F | B op that its compute waits for
-    (the exposed EP all-to-all), with the network to itself; ``inline_demand[s][c]`` the share of each
-    resource it occupies while it runs.
+    stage a to stage b needs, all replicas of the group at once. ``op_flows``: the traffic inside its ops
+    that crosses NICs or links (``OpFlow``).
     """
 
     name: str
@@ -62,10 +75,7 @@ class PipelineGroup:
     bwd_weight_s: np.ndarray
     num_replicas: int
     transfer_uses: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
-    op_comm_s: np.ndarray | None = None
-    op_comm_uses: tuple[tuple[dict[str, float], ...], ...] = ()
-    inline_s: np.ndarray | None = None
-    inline_demand: tuple[tuple[dict[str, float], ...], ...] = ()
+    op_flows: tuple[OpFlow, ...] = ()
 
     @property
     def bwd_s(self) -> np.ndarray:

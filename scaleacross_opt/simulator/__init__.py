@@ -38,9 +38,10 @@ def report_from_result(
     already inside its op durations; bubble = makespan with free p2p − that busy time; exposed PP =
     makespan − makespan with free p2p, both with the classes timed apart; exposed DP = optimizer start −
     makespan + the ZeRO-1/2 gathers the next forward waits for; what sharing resources adds to the
-    makespan goes to DP when ZeRO-3 gathers run beside the ops (they slow each other), else to PP (the
-    gradient syncs slow the transfers); the busiest shared resource's excess over the timeline goes to DP
-    (gradients cross buildings) or PP. MFU = model FLOPs ÷ (Σ peak FLOP/s × step time).
+    makespan goes to the first class of ZeRO-3 gathers, EP all-to-all and CP ring that runs inside the ops
+    (they slow each other and are slowed by the syncs), else to PP (the syncs slow the transfers); the
+    busiest shared resource's excess over the timeline goes to DP (gradients cross buildings) or PP.
+    MFU = model FLOPs ÷ (Σ peak FLOP/s × step time).
     """
     makespan = result.apart_pipeline_end_s
     free = simulate_workload(_without_p2p(workload), share=False).pipeline_end_s
@@ -56,8 +57,10 @@ def report_from_result(
         "exposed_dp_s": result.exposed_dp_s + result.exposed_gather_s + comm["dp"],
         "optimizer_s": result.optimizer_end_s - result.optimizer_start_s,
     }
-    zero3 = any(g.op_comm_s is not None and g.op_comm_s.any() for g in workload.groups)
-    breakdown["exposed_dp_s" if zero3 else "exposed_pp_s"] += result.sharing_s
+    classes = {flow.name for g in workload.groups for flow in g.op_flows}
+    sharing_key = next((key for name, key in (("zero3", "exposed_dp_s"), ("ep", "exposed_ep_s"), ("cp", "exposed_cp_s"))
+                        if name in classes), "exposed_pp_s")
+    breakdown[sharing_key] += result.sharing_s
     breakdown[workload.resource_excess_key] += result.resource_excess_s
     step = result.step_time_s
     details: dict[str, object] = {

@@ -16,9 +16,10 @@ later.
 
 **Shared resources.** Every traffic class is a flow on the resources it crosses (``simulator.flows``): a
 GPU's NIC each way and each cross-building link each way, with capacity 1 and the resource-seconds the
-workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), ZeRO-3 parameter gathers
-beside each forward and backward (``op_comm_s``: the op ends when both its compute and its gathers are
-done), DP gradient syncs and ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
+workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), the traffic inside each
+forward and backward (``op_flows``: ZeRO-3 parameter gathers and the CP ring beside the compute, the op
+ending when all are done; the exposed EP all-to-all before the rest of the op), DP gradient syncs and
+ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
 Concurrent flows share each resource max-min fairly, so a sync overlapping the backward slows the gradient
 transfers on the same NIC or link, and every stage's ZeRO-3 gathers split the link they cross.
 
@@ -522,17 +523,11 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
             if work > 0 and ops.any():
                 done = timeline.arrive[ops] - link.latency_s  # serialisation ends
                 add(done - work, done, group.transfer_uses.get((a, b), {}), work)
-        if group.op_comm_s is not None:
-            beside = graph.kind != OpKind.W
-            for (st, c), alone in np.ndenumerate(group.op_comm_s):
-                ops = beside & (graph.stage == st) & (graph.chunk == c)
+        for flow in group.op_flows:
+            for (row, st, c), alone in np.ndenumerate(flow.seconds):
+                ops = (graph.kind == (OpKind.F, OpKind.B)[row]) & (graph.stage == st) & (graph.chunk == c)
                 if alone > 0 and ops.any():
-                    add(timeline.start[ops], timeline.start[ops] + alone, group.op_comm_uses[st][c], alone)
-        if group.inline_s is not None:
-            for (kind, st, c), alone in np.ndenumerate(group.inline_s):
-                ops = (graph.kind == (OpKind.F, OpKind.B)[kind]) & (graph.stage == st) & (graph.chunk == c)
-                if alone > 0 and ops.any():
-                    add(timeline.start[ops], timeline.start[ops] + alone, group.inline_demand[st][c], 1.0)
+                    add(timeline.start[ops], timeline.start[ops] + alone, flow.demand[st][c], 1.0)
     for (st, c), alone in np.ndenumerate(workload.dp_sync_s):
         if alone > 0:
             add(dp_start[st, c:c + 1], dp_end[st, c:c + 1], workload.dp_sync_uses[st][c], alone)
@@ -568,21 +563,16 @@ def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
             if work > 0:
                 for key, seconds in group.transfer_uses.get((a, b), {}).items():
                     most[key] = most.get(key, 0.0) + seconds / work
-        for stage in range(graph.pp):
-            largest: dict[str, float] = {}
-            for c in range(graph.virtual_stages):
-                if group.op_comm_s is not None and group.op_comm_s[stage, c] > 0:
-                    add(group.op_comm_uses[stage][c], float(group.op_comm_s[stage, c]), largest)
-            for key, u in largest.items():
-                most[key] = most.get(key, 0.0) + u
-            largest = {}
-            for c in range(graph.virtual_stages):
-                if group.inline_s is not None and group.inline_s[:, stage, c].any():
-                    add(group.inline_demand[stage][c], 1.0, largest)
-            for key, u in largest.items():
-                most[key] = most.get(key, 0.0) + u
+        for flow in group.op_flows:  # a stage runs one op at a time
+            for stage in range(graph.pp):
+                largest: dict[str, float] = {}
+                for c in range(graph.virtual_stages):
+                    if flow.seconds[:, stage, c].any():
+                        add(flow.demand[stage][c], 1.0, largest)
+                for key, u in largest.items():
+                    most[key] = most.get(key, 0.0) + u
     for stage in range(graph.pp):
-        largest = {}
+        largest: dict[str, float] = {}
         for c in range(graph.virtual_stages):
             if workload.dp_sync_s[stage, c] > 0:
                 add(workload.dp_sync_uses[stage][c], float(workload.dp_sync_s[stage, c]), largest)
@@ -596,14 +586,15 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
     """Every group's pipeline and the DP syncs in one event loop, all traffic sharing the resources.
 
     An op starts when its stream is free and its input arrived; its compute takes its duration, and its
-    scale-out communication (``PipelineGroup.op_comm_s``, ZeRO-3 gathers) runs beside it as a flow: the op
-    ends when both are done. Communication the compute waits for (``inline_s``: the exposed EP
-    all-to-all) is a flow first, then the rest of the op's duration runs. A transfer waits first come,
+    scale-out communication (``PipelineGroup.op_flows``: ZeRO-3 gathers, the CP ring) runs beside it as
+    flows: the op ends when all are done. Communication the compute waits for (an inline ``OpFlow``: the
+    exposed EP all-to-all) is a flow first, then the rest of the op's duration runs with the flows beside
+    it (in a layer the all-to-all and the attention's ring exchange are separate phases). A transfer waits first come,
     first served on its path (one NCCL communicator per peer, as in ``_event_loop``), then is a flow; it
     arrives one latency after its last byte left. A chunk's DP sync is released ``1 − dp_overlap_fraction``
     into its last backward op in every group and runs on its stage's DP stream as a flow. Flows share every
-    resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, ZeRO-3
-    gathers and DP syncs on one NIC or link slow each other.
+    resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, CP rings,
+    ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
     Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
     """
     n, v = graph.num_ops, graph.virtual_stages
@@ -625,41 +616,52 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         names, pair_resource, work, latency = _resources(graph, group, workload)
         res = np.full(n, -1, dtype=np.int64)
         res[graph.remote] = pair_resource[graph.pair_index[graph.remote]]
-        comm = (np.zeros(n) if group.op_comm_s is None
-                else group.op_comm_s[graph.stage, graph.chunk] * (graph.kind != OpKind.W))
-        inline = np.zeros(n)
-        if group.inline_s is not None:
+        flows: list[list[tuple[int, float]]] = [[] for _ in range(n)]  # per op: (op flow, seconds alone)
+        for k, flow in enumerate(group.op_flows):
             for kind, row in ((OpKind.F, 0), (OpKind.B, 1)):
-                ops = graph.kind == kind
-                inline[ops] = group.inline_s[row][graph.stage[ops], graph.chunk[ops]]
+                ops = np.flatnonzero(graph.kind == kind)
+                for i, seconds in zip(ops.tolist(), flow.seconds[row][graph.stage[ops], graph.chunk[ops]].tolist(),
+                                      strict=True):
+                    if seconds > 0:
+                        flows[i].append((k, seconds))
         pair_uses = {}
         for k, (a, b) in enumerate(graph.pairs.tolist()):
             w = float(work[pair_resource[k]])
             pair_uses[k] = _shares(group.transfer_uses.get((a, b), {}), w) if w > 0 else []
         state.append({
-            "dur": dur.tolist(), "comm": comm.tolist(), "inline": inline.tolist(), "res": res.tolist(),
-            "pair": graph.pair_index.tolist(),
+            "dur": dur.tolist(), "flows": flows, "res": res.tolist(), "pair": graph.pair_index.tolist(),
             "work": work.tolist(), "latency": latency.tolist(), "names": names, "pair_uses": pair_uses,
             "pending": ((graph.stream_prev >= 0).astype(np.int64) + (graph.data_dep >= 0)).tolist(),
             "parts": [0] * n, "start": [0.0] * n, "end": [0.0] * n, "send": [math.nan] * n,
             "arrive": [math.nan] * n, "queues": [[] for _ in names], "sending": [False] * len(names),
-            "comm_uses": {}, "group": group,
+            "inline": [0.0] * n, "shares": {}, "group": group,
         })
 
+    def start_flows(g: int, i: int, t: float, inline: bool) -> None:
+        """Start op i's inline flows (``inline``), or its compute and the flows beside it."""
+        st = state[g]
+        s, c = stage_of[i], chunk_of[i]
+        for k, seconds in st["flows"][i]:
+            flow = st["group"].op_flows[k]
+            if flow.inline == inline:
+                shares = st["shares"].setdefault((k, s, c), _shares(flow.demand[s][c], 1.0))
+                net.start(("inline" if inline else "op", g, i), seconds, shares)
+                if inline:
+                    st["inline"][i] = seconds
+                else:
+                    st["parts"][i] += 1
+        if not inline:
+            heapq.heappush(events, (t + st["dur"][i] - st["inline"][i], _COMPUTED, g, i))
+
     def start_op(g: int, i: int, t: float) -> None:
+        """Op i starts: its inline flows first (the exposed all-to-all its compute waits for), then its compute
+        with the flows beside it (ZeRO-3 gathers, the CP ring); the op ends when all are done."""
         st = state[g]
         st["start"][i] = t
-        st["parts"][i] = 1
-        if st["inline"][i] > 0:  # its compute waits for the all-to-all, then runs the rest of the op
-            s, c = stage_of[i], chunk_of[i]
-            net.start(("inline", g, i), st["inline"][i], _shares(st["group"].inline_demand[s][c], 1.0))
-        else:
-            heapq.heappush(events, (t + st["dur"][i], _COMPUTED, g, i))
-        if st["comm"][i] > 0:
-            s, c = stage_of[i], chunk_of[i]
-            uses = st["comm_uses"].setdefault((s, c), _shares(st["group"].op_comm_uses[s][c], st["comm"][i]))
-            net.start(("op", g, i), st["comm"][i], uses)
-            st["parts"][i] += 1
+        st["parts"][i] = 1  # the compute
+        start_flows(g, i, t, inline=True)
+        if not st["inline"][i]:
+            start_flows(g, i, t, inline=False)
         if i in is_last:
             s, c = is_last[i]
             release[s, c] = max(release[s, c], t + (1.0 - overlap) * st["dur"][i])
@@ -723,9 +725,8 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         for what, a, b in net.advance(t):
             if what == "op":
                 part_done(a, b, t)
-            elif what == "inline":
-                st = state[a]
-                heapq.heappush(events, (t + st["dur"][b] - st["inline"][b], _COMPUTED, a, b))
+            elif what == "inline":  # the rest of the op runs now
+                start_flows(a, b, t, inline=False)
             elif what == "xfer":
                 st = state[a]
                 r = st["res"][b]
