@@ -100,21 +100,24 @@ def test_zero3_gathers_of_all_stages_share_the_cross_building_route(load_shipped
 
 
 def test_dp_sync_slows_the_all_to_all_its_compute_waits_for() -> None:
-    """One stage, one micro-batch, F = B = 1 s of which 0.5 s is an all-to-all on the NIC (full share) that
-    the rest of the op waits for; the 1 s DP sync needs the same NIC and starts 0.1 s into the backward.
+    """Two stages, one micro-batch, F = B = 1 s, of which the first 0.5 s is an all-to-all on resource X (full
+    share) that the rest of the op waits for; each stage's 1 s DP sync also needs X and is released 0.9 of
+    the op before its compute ends (no earlier than the compute starts).
 
-    By hand: F [0, 1]; B's all-to-all alone 1.0–1.1 (0.1 done), then it and the sync share the NIC at ½
-    each: the all-to-all's last 0.4 s take 0.8 s (ends 1.9), B's compute runs 1.9–2.4; the sync, 0.4 done
-    at 1.9, ends alone at 2.5. Timed apart: all-to-all 1.0–1.5, B ends 2.0, sync 1.1–2.1."""
-    workload = uniform_workload("1f1b", 1, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
-    nic = {"NIC g0 stage 0 tx": 1.0}
-    group = replace(workload.groups[0], op_flows=(OpFlow("ep", np.full((2, 1, 1), 0.5), ((nic,),), inline=True),))
-    workload = replace(workload, groups=(group,), dp_sync_uses=((nic,),), dp_overlap_fraction=0.9)
+    By hand: F0 [0, 1], F1 [1, 2], B1 [2, 3] (its compute from 2.5), so stage 1's sync starts at 2.5 alone
+    (½ done at 3); B0's all-to-all then shares X with it at ½ each: both end at 4; B0's compute runs 4–4.5;
+    stage 0's sync, released at 4, ends at 5. Timed apart: B0 ends at 4 and stage 0's sync at 4.5."""
+    workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
+    x = {"X": 1.0}
+    flow = OpFlow("ep", np.full((2, 2, 1), 0.5), ((x,), (x,)), "inline")
+    workload = replace(workload, groups=(replace(workload.groups[0], op_flows=(flow,)),),
+                       dp_sync_uses=((x,), (x,)), dp_overlap_fraction=0.9)
     result = simulate_workload(workload)
-    assert result.groups[0].end.tolist() == pytest.approx([1.0, 2.4])
-    assert result.dp_end_s.ravel().tolist() == pytest.approx([2.5])
-    assert result.step_time_s == pytest.approx(2.5)
-    assert result.apart_pipeline_end_s == pytest.approx(2.0) and result.sharing_s == pytest.approx(0.4)
+    assert result.groups[0].end.tolist() == pytest.approx([1.0, 4.5, 2.0, 3.0])  # F0, B0, F1, B1
+    assert result.dp_start_s.ravel().tolist() == pytest.approx([4.0, 2.5])
+    assert result.dp_end_s.ravel().tolist() == pytest.approx([5.0, 4.0])
+    assert result.step_time_s == pytest.approx(5.0)
+    assert result.apart_pipeline_end_s == pytest.approx(4.0) and result.sharing_s == pytest.approx(0.5)
 
 
 @given(flows_strategy)
@@ -136,6 +139,6 @@ def test_cp_ring_across_nodes_is_a_flow_on_the_nics(load_shipped_instance) -> No
     workload = build_workload(instance, plan)
     group = workload.groups[0]
     (cp,) = [flow for flow in group.op_flows if flow.name == "cp"]
-    assert not cp.inline and cp.demand[0][0] and all(0 < u <= 1 for u in cp.demand[0][0].values())
+    assert cp.phase == "compute" and cp.demand[0][0] and all(0 < u <= 1 for u in cp.demand[0][0].values())
     assert (cp.seconds[0] <= group.fwd_s * (1 + 1e-9)).all() and (cp.seconds[1] <= group.bwd_input_s * (1 + 1e-9)).all()
     assert estimate(instance, plan).step_time_s <= simulate(instance, plan).step_time_s * (1 + 1e-9)

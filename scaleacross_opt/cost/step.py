@@ -428,9 +428,14 @@ def _fabric_goodput(layout: ResolvedPlan, building: str) -> float:
 
 def route_uses(layout: ResolvedPlan, src: str, dst: str, num_bytes: float) -> dict[str, float]:
     """Resource-seconds of ``num_bytes`` sent from building src to dst: on every link of the route, each
-    way its own resource (``link x->y``), the bytes ÷ that link's ``route_capacity``."""
-    hops = layout.instance.cluster.route(src, dst).buildings
-    return {f"link {x}->{y}": num_bytes / route_capacity(layout, x, y) for x, y in itertools.pairwise(hops)}
+    way its own resource (``link x->y``), the bytes ÷ what the route's traffic gets of that link — the
+    route's ``route_capacity`` (its bottleneck at the whole route's round trip and loss) scaled by the
+    link's bandwidth over the bottleneck's (a long route's traffic is no more efficient on a short link)."""
+    cluster = layout.instance.cluster
+    route = cluster.route(src, dst)
+    capacity = route_capacity(layout, src, dst) / route.bandwidth_gbps
+    return {f"link {x}->{y}": num_bytes / (capacity * cluster.graph.edges[x, y]["bandwidth_gbps"])
+            for x, y in itertools.pairwise(route.buildings)}
 
 
 def dp_uses(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_param: float) -> dict[str, float]:
@@ -498,7 +503,7 @@ def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: 
                 add(group.transfer_uses[(b, a)], m)
         for flow in group.op_flows:
             for (s, c), seconds in np.ndenumerate(flow.seconds.sum(axis=0)):
-                add(flow.demand[s][c], m * seconds)
+                add(flow.demand[s][c], m * float(seconds))
     for stage in (*sync_uses, *gather_uses):
         for uses in stage:
             add(uses, 1)
@@ -611,7 +616,8 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
-        op_flows = tuple(OpFlow(kind, seconds, tuple(map(tuple, demand)), inline=kind == "ep")
+        phases = {"zero3": "op", "cp": "compute", "ep": "inline"}
+        op_flows = tuple(OpFlow(kind, seconds, tuple(map(tuple, demand)), phases[kind])
                          for kind, (seconds, demand) in flows.items() if seconds.any())
         groups.append(PipelineGroup(
             name, stage_map, fwd, bwd_in, bwd_w, replicas,

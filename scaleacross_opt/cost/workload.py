@@ -7,6 +7,7 @@ the discrete-event simulator both consume it, so they differ only in how they co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -43,15 +44,16 @@ class OpFlow:
 
     ``seconds[0 | 1, s, c]``: per forward | backward of (stage s, chunk c), with the network to itself;
     ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
-    ``inline``: the op's compute waits for it (the exposed EP all-to-all, part of the op's duration),
-    else it runs beside the compute (ZeRO-3 gathers, the CP ring's K/V exchange: never longer than the op)
-    and the op ends when both are done.
+    ``phase``: when it runs — ``inline``: first, the op's compute waits for it (the exposed EP all-to-all,
+    part of the op's duration); ``op``: beside the whole op from its start (ZeRO-3 gathers, prefetched;
+    never longer than the op); ``compute``: beside the compute that follows the inline flows (the CP
+    ring's K/V exchange, never longer than that compute). The op ends when all are done.
     """
 
     name: str
     seconds: np.ndarray
     demand: tuple[tuple[dict[str, float], ...], ...]
-    inline: bool
+    phase: Literal["inline", "op", "compute"]
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..cost.step import busiest_resource, gather_windows
-from ..cost.workload import PipelineGroup, StepWorkload
+from ..cost.workload import OpFlow, PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
 from ..schedules.common import UNIT_OP_TIMES
@@ -284,8 +284,9 @@ def simulate_workload(workload: StepWorkload, share: bool = True) -> SimResult:
     """Simulate one step of ``workload`` (see the module docstring for the model) with each candidate op
     order; the fastest is the step (a framework picks its order from profiled times the same way).
 
-    Each order is first timed with the classes apart; sharing resources never makes an order faster, so
-    the joint timeline runs only for orders that need it, fastest first, until the rest cannot win
+    Each order is first timed with the classes apart; sharing resources slows flows and never speeds one
+    up, so the joint timeline runs only for orders that need it, fastest first, until the rest cannot win
+    (an assumption where a slower op could reorder a first-come-first-served path queue: not seen)
     (``share=False``: never; the classes meet only through the busiest-resource bound)."""
     graphs = candidate_op_graphs(workload)
     apart = [_simulate_order(graph, workload, joint=False) for graph in graphs]
@@ -523,11 +524,16 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
             if work > 0 and ops.any():
                 done = timeline.arrive[ops] - link.latency_s  # serialisation ends
                 add(done - work, done, group.transfer_uses.get((a, b), {}), work)
+        inline = sum((_op_flow_seconds(graph, flow) for flow in group.op_flows if flow.phase == "inline"),
+                     np.zeros(graph.num_ops))
         for flow in group.op_flows:
-            for (row, st, c), alone in np.ndenumerate(flow.seconds):
-                ops = (graph.kind == (OpKind.F, OpKind.B)[row]) & (graph.stage == st) & (graph.chunk == c)
-                if alone > 0 and ops.any():
-                    add(timeline.start[ops], timeline.start[ops] + alone, flow.demand[st][c], 1.0)
+            seconds = _op_flow_seconds(graph, flow)
+            start = timeline.start + (inline if flow.phase == "compute" else 0.0)
+            for st, chunks in enumerate(flow.demand):
+                for c, demand in enumerate(chunks):
+                    ops = (graph.stage == st) & (graph.chunk == c) & (seconds > 0)
+                    if ops.any():
+                        add(start[ops], start[ops] + seconds[ops], demand, 1.0)
     for (st, c), alone in np.ndenumerate(workload.dp_sync_s):
         if alone > 0:
             add(dp_start[st, c:c + 1], dp_end[st, c:c + 1], workload.dp_sync_uses[st][c], alone)
@@ -544,6 +550,12 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
 
 
 _COMPUTED, _ARRIVED, _RELEASED = 0, 1, 2  # timed events of the joint timeline
+
+
+def _op_flow_seconds(graph: OpGraph, flow: OpFlow) -> np.ndarray:
+    """(n,) seconds alone of ``flow`` inside each op of ``graph`` (its forward row for F, backward for B)."""
+    row = np.where(graph.kind == OpKind.F, 0, 1)
+    return np.where(graph.kind == OpKind.W, 0.0, flow.seconds[row, graph.stage, graph.chunk])
 
 
 def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
@@ -617,13 +629,12 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
         res = np.full(n, -1, dtype=np.int64)
         res[graph.remote] = pair_resource[graph.pair_index[graph.remote]]
         flows: list[list[tuple[int, float]]] = [[] for _ in range(n)]  # per op: (op flow, seconds alone)
+        inline = [0.0] * n  # per op: seconds of its inline flows (its compute is the rest of its duration)
         for k, flow in enumerate(group.op_flows):
-            for kind, row in ((OpKind.F, 0), (OpKind.B, 1)):
-                ops = np.flatnonzero(graph.kind == kind)
-                for i, seconds in zip(ops.tolist(), flow.seconds[row][graph.stage[ops], graph.chunk[ops]].tolist(),
-                                      strict=True):
-                    if seconds > 0:
-                        flows[i].append((k, seconds))
+            for i, seconds in enumerate(_op_flow_seconds(graph, flow).tolist()):
+                if seconds > 0:
+                    flows[i].append((k, seconds))
+                    inline[i] += seconds if flow.phase == "inline" else 0.0
         pair_uses = {}
         for k, (a, b) in enumerate(graph.pairs.tolist()):
             w = float(work[pair_resource[k]])
@@ -634,40 +645,49 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
             "pending": ((graph.stream_prev >= 0).astype(np.int64) + (graph.data_dep >= 0)).tolist(),
             "parts": [0] * n, "start": [0.0] * n, "end": [0.0] * n, "send": [math.nan] * n,
             "arrive": [math.nan] * n, "queues": [[] for _ in names], "sending": [False] * len(names),
-            "inline": [0.0] * n, "shares": {}, "group": group,
+            "inline": inline, "inline_left": [0] * n, "shares": {}, "group": group,
         })
 
-    def start_flows(g: int, i: int, t: float, inline: bool) -> None:
-        """Start op i's inline flows (``inline``), or its compute and the flows beside it."""
+    def start_flows(g: int, i: int, t: float, phase: str) -> None:
+        """Start op i's flows of ``phase`` (``OpFlow.phase``), each one more part the op waits for."""
         st = state[g]
         s, c = stage_of[i], chunk_of[i]
         for k, seconds in st["flows"][i]:
             flow = st["group"].op_flows[k]
-            if flow.inline == inline:
+            if flow.phase == phase:
                 shares = st["shares"].setdefault((k, s, c), _shares(flow.demand[s][c], 1.0))
-                net.start(("inline" if inline else "op", g, i), seconds, shares)
-                if inline:
-                    st["inline"][i] = seconds
-                else:
-                    st["parts"][i] += 1
-        if not inline:
-            heapq.heappush(events, (t + st["dur"][i] - st["inline"][i], _COMPUTED, g, i))
+                net.start((phase, g, i), seconds, shares)
+                st["parts"][i] += 1
 
-    def start_op(g: int, i: int, t: float) -> None:
-        """Op i starts: its inline flows first (the exposed all-to-all its compute waits for), then its compute
-        with the flows beside it (ZeRO-3 gathers, the CP ring); the op ends when all are done."""
+    def start_compute(g: int, i: int, t: float) -> None:
+        """Op i's compute (its duration less the inline flows') starts, with the flows of the compute phase;
+        a last backward releases its chunk's DP sync ``dp_overlap_fraction`` of the op before the compute ends."""
         st = state[g]
-        st["start"][i] = t
-        st["parts"][i] = 1  # the compute
-        start_flows(g, i, t, inline=True)
-        if not st["inline"][i]:
-            start_flows(g, i, t, inline=False)
+        start_flows(g, i, t, "compute")
+        compute_end = t + (st["dur"][i] - st["inline"][i])
+        heapq.heappush(events, (compute_end, _COMPUTED, g, i))
         if i in is_last:
             s, c = is_last[i]
-            release[s, c] = max(release[s, c], t + (1.0 - overlap) * st["dur"][i])
+            release[s, c] = max(release[s, c], t, compute_end - overlap * st["dur"][i])
             released[s, c] += 1
             if released[s, c] == len(state):
                 heapq.heappush(events, (float(release[s, c]), _RELEASED, s, c))
+
+    def start_op(g: int, i: int, t: float) -> None:
+        """Op i starts: its inline flows (the exposed all-to-all its compute waits for) and the flows beside
+        the whole op (ZeRO-3 prefetch); once the inline ones are done, its compute with the flows beside the
+        compute (the CP ring: in a layer the all-to-all and the ring exchange are separate phases). The op
+        ends when all are done."""
+        st = state[g]
+        st["start"][i] = t
+        st["parts"][i] = 1  # the compute
+        start_flows(g, i, t, "op")
+        before = st["parts"][i]
+        start_flows(g, i, t, "inline")
+        st["inline_left"][i] = st["parts"][i] - before
+        st["parts"][i] = before
+        if not st["inline_left"][i]:
+            start_compute(g, i, t)
 
     def satisfy(g: int, i: int, t: float) -> None:
         pending = state[g]["pending"]
@@ -723,10 +743,12 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
     while events or net:
         t = min(events[0][0] if events else math.inf, net.next_finish())
         for what, a, b in net.advance(t):
-            if what == "op":
+            if what in ("op", "compute"):
                 part_done(a, b, t)
-            elif what == "inline":  # the rest of the op runs now
-                start_flows(a, b, t, inline=False)
+            elif what == "inline":  # the rest of the op runs once every inline flow is done
+                state[a]["inline_left"][b] -= 1
+                if not state[a]["inline_left"][b]:
+                    start_compute(a, b, t)
             elif what == "xfer":
                 st = state[a]
                 r = st["res"][b]
@@ -748,7 +770,7 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
                 serve_dp(a, t)
     timelines = []
     for st in state:
-        if min(st["pending"]) > 0 or any(st["parts"]):
+        if any(st["pending"]) or any(st["parts"]):
             raise RuntimeError("joint timeline ended with ops not run")  # the op graph was validated: a bug
         end = np.array(st["end"])
         dur = np.array(st["dur"])

@@ -51,14 +51,12 @@ def fair_speeds(demand: np.ndarray) -> np.ndarray:
         crossing = on & rising[:, None]
         lowest = np.where(crossing, level, np.inf).min(axis=1)  # per flow: its lowest level
         fills = (level < 1.0) & (np.where(crossing, lowest[:, None], np.inf).min(axis=0) >= level * (1 - 1e-12))
-        if not fills.any():  # rounding left load on a resource no rising flow uses
-            load[np.argmin(level)] = 0.0
-            continue
         frozen = rising & (on[:, fills].any(axis=1))
         speed[frozen] = np.maximum(lowest[frozen], 1e-9)  # a floor: a flow frozen at 0 by rounding never ends
         room -= speed[frozen] @ demand[frozen]
         load -= demand[frozen].sum(axis=0)
         rising &= ~frozen
+        load[~(on & rising[:, None]).any(axis=0)] = 0.0  # no rising flow left there: rounding must not count
     return speed
 
 
