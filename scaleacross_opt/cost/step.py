@@ -334,11 +334,14 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     total = OpTimes(0.0, 0.0, 0.0)
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     gathers = 0.0
-    ep_fwd = ep_bwd = nic_share = 0.0
+    ep_fwd = ep_bwd = ep_share = 0.0
     cp_fwd = cp_bwd = cp_share = 0.0
     if plan.cp > 1:
         step, nic = cp_ring_step(instance, plan, building)
         cp_share = nic / step
+    if plan.ep > 1 and LayerKind.MOE in kinds:  # the NIC share of the MoE layers' all-to-all
+        a2a, nic = ep_all_to_all(instance, plan, building)
+        ep_share = nic / a2a if a2a > 0 else 0.0
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
         nonlocal total, gathers
@@ -360,10 +363,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         add(layer, layer_params(model, kind, plan.tp, plan.ep), count)
         for name, (f, b) in comm.items():
             exposed[name] += count * (f + b)
-        if kind is LayerKind.MOE and plan.ep > 1:
-            a2a, nic = ep_all_to_all(instance, plan, building)
-            ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
-            nic_share = nic / a2a if a2a > 0 else 0.0
+        ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
         if plan.cp > 1:  # cp − 1 steps forward, 2(cp − 1) backward, and the forward's again under full recompute
             passes = 3 if plan.recompute is Recompute.FULL else 2
             cp_fwd += count * (plan.cp - 1) * step
@@ -376,7 +376,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), nic_share, (cp_fwd, cp_bwd), cp_share)
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_share, (cp_fwd, cp_bwd), cp_share)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def fair_speeds(demand: np.ndarray) -> np.ndarray:
 
 
 def fair_rates(flows: Sequence[Uses]) -> list[float]:
-    """``fair_speeds`` of flows given as (resource, demand) lists."""
+    """``fair_speeds`` of flows given as (resource, demand) lists (``FlowNetwork``'s larger parts)."""
     names = {r: i for i, r in enumerate(dict.fromkeys(r for uses in flows for r, _ in uses))}
     demand = np.zeros((len(flows), len(names)))
     for j, uses in enumerate(flows):
@@ -193,16 +193,9 @@ class FlowNetwork:
         over = {r for r in part if self._load[r] > 1.0}
         if not over:
             speeds = [1.0] * len(order)
-        elif len(order) <= self._SMALL:
-            speeds = fair_speeds_small([[(r, u) for r, u in self._uses[f] if r in over] for f in order])
         else:
-            columns = {r: i for i, r in enumerate(sorted(over))}
-            demand = np.zeros((len(order), len(columns)))
-            for i, flow in enumerate(order):
-                for r, u in self._uses[flow]:
-                    if r in columns:
-                        demand[i, columns[r]] += u
-            speeds = fair_speeds(demand).tolist()
+            demand = [[(r, u) for r, u in self._uses[f] if r in over] for f in order]
+            speeds = fair_speeds_small(demand) if len(order) <= self._SMALL else fair_rates(demand)
         for flow, speed in zip(order, speeds, strict=True):
             if speed != self._speed[flow]:
                 end = self.now + (self._end[flow] - self.now) * self._speed[flow] / speed
