@@ -61,6 +61,8 @@ def test_solve_matches_brute_force_and_simulates_far_fewer_plans(models_dir) -> 
     assert result.step_time_s == pytest.approx(best, rel=1e-9)
     assert result.stats.status in ("optimal", "within_bound_error", "exhausted")
     assert result.stats.candidates_simulated < valid / 2
+    # the closed form screened neighbours out, and the optimum is still the brute force's
+    assert result.stats.screened > 0 and result.stats.estimate_overshoot >= 0.05
 
 
 def test_every_returned_plan_passes_the_independent_validator(load_shipped_instance) -> None:

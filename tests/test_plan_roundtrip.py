@@ -60,7 +60,12 @@ def test_untrimmed_layers_recovers_counts_when_trimming_spills_into_the_next_bui
     layers = materialize_layers([1, 3, 1], [5, 4, 4], 18, 1, 4, head_stage=4)
     assert layers == [4, 3, 3, 4, 4]
     assert untrimmed_layers(layers, [1, 3, 1], head_stage=4) == [5, 4, 4]
-    assert untrimmed_layers([3, 5, 4], [3], head_stage=2) is None  # no single pass explains it
+    assert untrimmed_layers([3, 5, 4], [3], head_stage=2) is None  # no trimming explains it
+    # the first building's stages are at the floor (v = 1), so two passes trim building 2's regular stage
+    # twice; the head stage (16) may not hold more than its building's count
+    layers = materialize_layers([2, 2], [1, 16], 32, 1, 16, head_stage=3)
+    assert layers == [1, 1, 14, 16]
+    assert untrimmed_layers(layers, [2, 2], head_stage=3) == [1, 16]
     assert untrimmed_layers([7], [1], head_stage=0) == [7]  # one stage: the head alone
 
 

@@ -40,8 +40,9 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
           evaluate: Callable[[Instance, Plan], StepReport] = _simulate) -> SolveResult:
     """Find the plan with the shortest step for ``instance``.
 
-    ``evaluate`` gives the step time the search optimises (default: the discrete-event simulator; the
-    closed-form ``cost.step.estimate`` is a faster, coarser alternative). ``threads``: CP-SAT workers per
+    ``evaluate`` gives the step time the search optimises (default: the discrete-event simulator, with the
+    closed-form ``cost.step.estimate`` screening out plans that cannot win; the closed form alone is a
+    faster, coarser alternative). ``threads``: CP-SAT workers per
     round (a parallel portfolio; give it the CPUs the solve may use). Same instance and seed give
     the same plan unless the time limit cuts the search short. Raises ``InfeasibleError`` with the
     reason when no plan fits (proven), ``NoPlanInTimeError`` when the time limit ends the search before
@@ -72,7 +73,8 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     # refinement stops early enough for its last simulations, the validator and the final estimate
     reserve_s = min(FINISH_RESERVE_MAX_S, FINISH_RESERVE_FRACTION * time_limit_s)
     best, stats = refine(pv, evaluate, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
-                         start_plans=start_plans, threads=threads, progress=progress)
+                         start_plans=start_plans, threads=threads, progress=progress,
+                         screen=estimate if evaluate is _simulate else None)
     if best is None or best.report is None:
         if stats.status == "time_limit":
             raise NoPlanInTimeError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "

@@ -28,8 +28,15 @@ from .space import DesignSpace, Shape
 class Coefficients:
     """Cost-model numbers the CP-SAT model multiplies its decision variables by (µs, MiB)."""
 
-    layer_us: dict[tuple[Shape, str], int]  # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP
-    model_us: dict[Shape, int]  # every layer (each of its kind) + embedding/LM head on the fastest building
+    # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP, by whether the schedule pairs
+    # micro-batches (``pairings``)
+    layer_us: dict[tuple[Shape, str, bool], int]
+    # models with layers of several kinds (MoE after dense layers): the costliest kind's layer_us, and what a
+    # stage holding every cheaper layer saves against that (Σ over the cheaper layers of the difference,
+    # rounded up); empty for models of one kind
+    heavy_layer_us: dict[tuple[Shape, str, bool], int]
+    light_discount_us: dict[tuple[Shape, str, bool], int]
+    model_us: dict[tuple[Shape, bool], int]  # every layer (each of its kind) + embedding/LM head, fastest building
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
@@ -132,13 +139,19 @@ def prune_space(instance: Instance, space: DesignSpace) -> DesignSpace:
                    cross_network=undominated(instance, space.cross_network, cross=True))
 
 
+def pairings(space: DesignSpace) -> list[bool]:
+    """Whether the space's schedules pair micro-batches (DualPipe hides the EP all-to-all behind the other
+    micro-batch's compute), each value that occurs."""
+    return sorted({get_schedule(name).pairs_microbatches for name in space.schedules})
+
+
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> dict[LayerKind, float]:
+             space: DesignSpace, pairs: bool) -> dict[LayerKind, float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
-    the least over the space's transports and over its schedules (pairing micro-batches hides EP)."""
+    the least over the space's transports, under a schedule that pairs micro-batches or not."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
-    probes = {get_schedule(name).pairs_microbatches: name for name in space.schedules}.values()
+    probes = [name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs][:1]
     out = {}
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
@@ -161,20 +174,30 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    heavy_us: dict[tuple[Shape, str, bool], int] = {}
+    discount_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic: dict[Shape, bool] = {}
     zero3_fabric: dict[Shape, tuple[int, int]] = {}
     counts = Counter(layer_kinds(model))
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
-        whole = math.inf
+        whole = dict.fromkeys(pairings(space), math.inf)
         for b in buildings:
-            per_kind = _layer_s(instance, shape, b, intra_transports, space)
-            layer_us[(shape, b.name)] = int(min(per_kind.values()) * 1e6)
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
-            whole = min(whole, sum(counts[kind] * s for kind, s in per_kind.items()) + head.fwd_s + head.bwd_s)
-        model_us[shape] = int(whole * 1e6)
+            for pairs in whole:
+                key = (shape, b.name, pairs)
+                per_kind = _layer_s(instance, shape, b, intra_transports, space, pairs)
+                layer_us[key] = int(min(per_kind.values()) * 1e6)
+                if len(per_kind) > 1:
+                    heavy = max(per_kind.values())
+                    heavy_us[key] = int(heavy * 1e6)
+                    discount_us[key] = math.ceil(sum(counts[kind] * (heavy - t) for kind, t in per_kind.items()) * 1e6)
+                whole[pairs] = min(whole[pairs], sum(counts[kind] * t for kind, t in per_kind.items())
+                                   + head.fwd_s + head.bwd_s)
+        for pairs, seconds in whole.items():
+            model_us[(shape, pairs)] = int(seconds * 1e6)
         act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
                                                     shape.cp, shape.recompute) for k in kinds) / KIB
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
@@ -231,7 +254,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
-        layer_us=layer_us, model_us=model_us, head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
+        layer_us=layer_us, heavy_layer_us=heavy_us, light_discount_us=discount_us, model_us=model_us,
+        head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,

@@ -3,7 +3,8 @@
 ``climb`` is best-improvement hill climbing over ``optimizer.neighbourhood.neighbours`` (one degree pair,
 the schedule, v, micro-batch, recompute, ZeRO stage, the cross-building dimension or split, one network
 option): every unseen neighbour is simulated, the best one is taken while it beats the current plan,
-and the climb ends at a local optimum or the deadline. ``kick`` perturbs a plan by random moves (the
+and the climb ends at a local optimum or the deadline; a neighbour a faster model shows cannot beat the
+best so far is skipped unsimulated. ``kick`` perturbs a plan by random moves (the
 restart step of iterated local search). Plans are compared by simulated step time, ties broken by
 canonical JSON, so the result does not depend on the order of evaluation.
 """
@@ -38,16 +39,19 @@ class Candidate:
 Evaluate = Callable[[Plan], Candidate]
 
 
-def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Evaluate, deadline: float
-          ) -> Candidate:
+def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Evaluate, deadline: float,
+          hopeless: Callable[[Plan, float], bool] | None = None) -> Candidate:
     """Best-improvement hill climbing from ``start`` until no neighbour is better or ``deadline``
-    (a ``time.perf_counter()`` value) passes."""
+    (a ``time.perf_counter()`` value) passes. ``hopeless(plan, s)``: True when ``plan`` cannot take less
+    than ``s`` seconds (such neighbours are not evaluated)."""
     current = start
     while time.perf_counter() < deadline:
         best = current
         for plan in neighbours(instance, space, current.plan):
             if time.perf_counter() >= deadline:
                 return min(best, current, key=Candidate.key)
+            if hopeless is not None and hopeless(plan, best.report.step_time_s):
+                continue
             candidate = evaluate(plan)
             if candidate.key() < best.key():
                 best = candidate

@@ -18,6 +18,10 @@ gets a quarter of the time. Then each round:
 The model also carries an *incumbent cut*, step ≤ best simulated × (1 + bound error), tightened as the
 incumbent improves: a plan whose bound cannot beat the incumbent is never proposed, and a round with
 no solution left proves the incumbent optimal (up to the bound error).
+*Screening*: a plan is simulated only if its closed form (``screen``, ~10× faster than the simulator),
+less the most the closed form has overshot the simulator (``ESTIMATE_OVERSHOOT``, or more if the search
+sees more), could beat the plan it must beat — the climb's current plan, or for a round's candidates the
+incumbent; a round's candidate that cannot is cut off unsimulated.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ ROUND_MIN_S = 2.0  # … but at least this long
 
 
 INTERRUPT_SLACK_S = 0.5  # a round ending this much before its limit without a proof was interrupted
+# The most the closed form (cost.step.estimate) exceeds the simulated step: 4.6 % over the 881 plans of
+# benchmarks/estimate_vs_simulate.py (2026-12-02), rounded up; the search raises it when it sees more.
+ESTIMATE_OVERSHOOT = 0.05
 
 
 def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
@@ -145,8 +152,12 @@ class _Search:
     """The state of one hybrid search: the incumbent, every simulated plan, the statistics."""
 
     def __init__(self, pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
-                 threads: int, progress: Callable[[str], None] | None):
+                 threads: int, progress: Callable[[str], None] | None,
+                 screen: Callable[[Instance, Plan], StepReport] | None = None):
         self.pv, self.simulate, self.deadline, self.seed, self.progress = pv, simulate, deadline, seed, progress
+        self.screen = screen
+        self.estimates: dict[str, float] = {}  # closed-form step of every screened plan (s)
+        self.overshoot = ESTIMATE_OVERSHOOT
         self.threads = threads
         self.start = time.perf_counter()
         self.stats = SolveStats(status="exhausted")
@@ -175,6 +186,8 @@ class _Search:
         if assignment is not None:
             add_nogood(self.pv, assignment)
         candidate = self.evaluated[key] = Candidate(plan, bound_s, report)
+        if key in self.estimates:
+            self.overshoot = max(self.overshoot, self.estimates[key] / report.step_time_s - 1)
         if bound_s > 0:
             self.ratios.append(bound_s / report.step_time_s)
             self.stats.bound_error = max(self.stats.bound_error, self.ratios[-1] - 1)
@@ -188,6 +201,17 @@ class _Search:
             what = event or f"local search: {plan.schedule} tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp}"
             self.progress(self._status_line(f"{what}: simulated {report.step_time_s:.4f} s"))
         return candidate
+
+    def hopeless(self, plan: Plan, than_s: float) -> bool:
+        """Whether ``plan`` cannot be faster than ``than_s`` (s) by its closed form, less the largest overshoot
+        (never for a plan already simulated, or without a screen)."""
+        key = plan.model_dump_json()
+        if self.screen is None or key in self.evaluated:
+            return False
+        if key not in self.estimates:
+            self.estimates[key] = self.screen(self.pv.instance, plan).step_time_s
+            self.stats.screened += 1
+        return self.estimates[key] / (1 + self.overshoot) > than_s
 
     def _status_line(self, event: str) -> str:
         """A progress line: elapsed seconds, the event, the best simulated step, the proven bound and gap."""
@@ -241,10 +265,10 @@ class _Search:
                     return
                 before = self.best
                 origin = self.evaluate(kicked)
-                climb(instance, space, origin, self.evaluate, until)
+                climb(instance, space, origin, self.evaluate, until, self.hopeless)
                 fruitless = fruitless + 1 if self.best is before else 0
                 continue
-            climb(instance, space, origin, self.evaluate, until)
+            climb(instance, space, origin, self.evaluate, until, self.hopeless)
 
     def set_cutoff(self) -> None:
         """The incumbent cut: step ≤ best simulated × (1 + bound error), in µs, less one."""
@@ -324,18 +348,23 @@ class _Search:
                 add_nogood(pv, same)
                 stats.candidates_rejected += 1
                 continue
+            if self.best is not None and self.hopeless(plan, self.best.report.step_time_s):
+                add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
+                continue
             candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
             self.unpolished.append(candidate)
 
 
 def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
            top_k: int, start_plans: list[Plan] = (), threads: int = DEFAULT_THREADS,
-           progress: Callable[[str], None] | None = None) -> tuple[Candidate | None, SolveStats]:
+           progress: Callable[[str], None] | None = None,
+           screen: Callable[[Instance, Plan], StepReport] | None = None) -> tuple[Candidate | None, SolveStats]:
     """Run the hybrid search until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
     candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
-    first, so the result is never worse than they are; each CP-SAT round runs ``threads`` workers. Ctrl-C
+    first, so the result is never worse than they are; each CP-SAT round runs ``threads`` workers. ``screen``:
+    a faster model that overshoots ``simulate`` by at most ``ESTIMATE_OVERSHOOT`` (module docstring). Ctrl-C
     returns the best so far with status ``interrupted`` (re-raised if there is none)."""
-    search = _Search(pv, simulate, deadline, seed, threads, progress)
+    search = _Search(pv, simulate, deadline, seed, threads, progress, screen)
     stats = search.stats
     try:
         search.start_plans(list(start_plans))
@@ -348,6 +377,7 @@ def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, de
     best = search.best
     stats.wall_s = time.perf_counter() - search.start
     stats.bound_ratio_min = min(search.ratios) if search.ratios else 0.0
+    stats.estimate_overshoot = search.overshoot if screen is not None else 0.0
     if best is not None:
         if best.bound_s == 0 and (assignment := plan_assignment(pv, best.plan)) is not None:
             # found by local search, so already cut off: bounded in the model as it was before the cuts

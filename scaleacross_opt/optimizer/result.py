@@ -19,6 +19,8 @@ class SolveStats:
     rounds: int = 0
     candidates_simulated: int = 0
     candidates_rejected: int = 0  # failed the independent validator (memory beyond the model's bound)
+    screened: int = 0  # plans whose closed form was computed to decide whether to simulate them
+    estimate_overshoot: float = 0.0  # the largest closed form ÷ simulated − 1 the screen allowed for
     lower_bound_s: float = 0.0  # no unexplored plan simulates faster than this (up to the bound error)
     gap: float = 0.0  # (best simulated − lower bound) / best simulated, ≥ 0
     bound_error: float = 0.0  # max over simulated plans of CP-SAT bound ÷ simulated − 1 (> 0: bound not valid)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import product
+
 from ortools.sat.python import cp_model
 
 from ...schedules import get_schedule
 from ...spec import CrossBuilding, NetworkConfig, Plan
-from ..placement import build_placement
+from ..placement import build_placement, materialize_layers
 from .variables import OneHot, PlanVars
 
 
@@ -179,7 +181,7 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     order = [s.building for s in plan.placement.buildings]
     pp_across = plan.placement.cross_building is CrossBuilding.PP
     stage_counts = [shares[name].pp_stages for name in order] if pp_across else [plan.pp]
-    counts = untrimmed_layers(layers, stage_counts, head_stage)
+    counts = untrimmed_layers(layers, stage_counts, head_stage, plan.virtual_stages)
     if counts is None:
         return None
     max_layers = dict(zip(order, counts, strict=True)) if pp_across else dict.fromkeys(order, counts[0])
@@ -202,21 +204,36 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     return values
 
 
-def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int) -> list[int] | None:
-    """The per-run layer counts ℓ that ``materialize_layers`` trims into ``layers`` (the inverse of its
-    single trimming pass): runs of ``stage_counts`` consecutive stages share one ℓ, the head stage is
-    apart, and the pass takes one layer from each of the first e other stages. Returns the ℓ of the
-    smallest e that explains ``layers`` (None if none does)."""
-    others = [i for i in range(len(layers)) if i != head_stage]
+def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int,
+                     virtual_stages: int = 1) -> list[int] | None:
+    """The per-run layer counts ℓ that ``materialize_layers`` trims into ``layers``: runs of ``stage_counts``
+    consecutive stages share one ℓ, the head stage is apart and holds no more than its run's ℓ (as the
+    model requires), and the trimming takes a layer from each other stage above ``virtual_stages`` per pass.
+    After P passes a stage lost P or P − 1 layers (or stopped at the floor), so ℓ of a run is one of its
+    stages' layers + P or + P − 1; the smallest P that explains ``layers`` wins, then the smallest ℓ.
+    Returns None when no ℓ does."""
+    total = sum(layers)
     run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
-    for excess in range(max(1, len(others))):
-        untrimmed = list(layers)
-        for i in others[:excess]:
-            untrimmed[i] += 1
-        per_run: dict[int, set[int]] = {}
-        for i in others:
-            per_run.setdefault(run_of[i], set()).add(untrimmed[i])
-        if all(len(values) == 1 for values in per_run.values()):
-            # a run holding only the head stage takes the head's count (it has no regular stage to trim)
-            return [per_run[r].pop() if r in per_run else layers[head_stage] for r in range(len(stage_counts))]
+    head_run = run_of[head_stage]
+    regular = [[layers[i] for i in range(len(layers)) if run_of[i] == r and i != head_stage]
+               for r in range(len(stage_counts))]
+    for passes in range(total + 1):
+        options = []
+        for r, held in enumerate(regular):
+            if not held:  # a run holding only the head stage takes the head's count
+                options.append([layers[head_stage]])
+                continue
+            above = [f for f in held if f > virtual_stages]
+            found = ({f + passes - k for f in above for k in (0, 1)} if above
+                     else set(range(virtual_stages, virtual_stages + passes + 1)))
+            floor = max(max(held), layers[head_stage] if r == head_run else 0)
+            options.append(sorted(x for x in found if x >= floor))
+        for counts in product(*options):
+            try:
+                trimmed = materialize_layers(stage_counts, list(counts), total, virtual_stages,
+                                             layers[head_stage], head_stage)
+            except ValueError:
+                continue
+            if trimmed == layers:
+                return list(counts)
     return None

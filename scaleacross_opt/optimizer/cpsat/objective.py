@@ -31,7 +31,7 @@ from ortools.sat.python import cp_model
 from ...catalog import coefficients as co
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
-from ..coefficients import Coefficients, node_gpus
+from ..coefficients import Coefficients, node_gpus, pairings
 from .variables import PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -43,9 +43,23 @@ def _new(model: cp_model.CpModel, name: str, upper: int = HORIZON_US) -> cp_mode
     return model.NewIntVar(0, upper, name)
 
 
-def _product(model: cp_model.CpModel, name: str, a, b) -> cp_model.IntVar:
+def _upper(var: cp_model.IntVar) -> int:
+    return var.domain.max()
+
+
+def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar) -> cp_model.IntVar:
+    """min(a·b, HORIZON_US): capping keeps the term a lower bound, and a plan slower than the horizon
+    stays admissible instead of making the model infeasible."""
+    reach = _upper(a) * _upper(b)
     out = _new(model, name)
-    model.AddMultiplicationEquality(out, [a, b])
+    if reach <= HORIZON_US:
+        model.AddMultiplicationEquality(out, [a, b])
+        return out
+    if reach >= 1 << 62:
+        raise ValueError(f"product {name} may reach {reach}, beyond int64")
+    uncapped = model.NewIntVar(0, reach, f"{name}_uncapped")
+    model.AddMultiplicationEquality(uncapped, [a, b])
+    model.AddMinEquality(out, [uncapped, HORIZON_US])
     return out
 
 
@@ -93,6 +107,26 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.AddBoolOr([pp_dp.Not(), group_head[b].Not(), products["only_head"][b].Not(), flag])
             head_only.append(flag)
 
+    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
+    groups = _dp_group_sizes(pv)
+    gather, best_gather = _zero3_gather_pair(pv, coeffs, successors, groups) if 3 in pv.zero.values else (None, None)
+
+    # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
+    paired = None
+    if len(pairings(pv.space)) == 2:
+        paired = model.NewBoolVar("schedule_pairs_microbatches")
+        model.Add(paired == sum(lit for (name, _), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
+                                                              strict=True) if get_schedule(name).pairs_microbatches))
+
+    def by_pairing(name: str, table: dict, building: str | None) -> cp_model.IntVar:
+        """The value ``table[(shape, building, pairs)]`` takes for the plan's shape and schedule."""
+        rows = {pairs: [table[(shape, building, pairs)] for shape in pv.shape.values] for pairs in pairings(pv.space)}
+        out = _new(model, name, max(max(row) for row in rows.values()))
+        for pairs, row in rows.items():
+            when = [] if paired is None else [paired if pairs else paired.Not()]
+            model.Add(out == pv.shape.linear(row)).OnlyEnforceIf(when)
+        return out
+
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times = []
     t_reg = _new(model, "t_regular")
@@ -100,30 +134,42 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
     model.Add(t_max >= t_reg)
     for b, building in enumerate(buildings):
-        weights = [coeffs.layer_us[(shape, building.name)] for shape in pv.shape.values]
-        per_layer = _new(model, f"layer_us[{building.name}]", max(weights))
-        model.Add(per_layer == pv.shape.linear(weights))
-        t_b = _product(model, f"stage_us[{building.name}]", pv.layers[b], per_layer)
-        if pp_dp is None:
-            model.Add(t_reg >= t_b)
-        else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
-            model.Add(t_reg >= t_b).OnlyEnforceIf(head_only[b].Not())
-        per_layer_times.append(per_layer)
-        head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
-        t_head = _product(model, f"head_stage_layers_us[{building.name}]", pv.head_layers, per_layer)
-        conditions = [[pv.used[b], lit] for lit in whole]
-        if pp_mode is not None:
-            conditions.append([pv.used[b], pv.head[b], pp_mode])
-        if pp_dp is not None:
-            conditions.append([pv.used[b], group_head[b], pp_dp])
-        for condition in conditions:
-            model.Add(t_head_max >= t_head + head).OnlyEnforceIf(condition)
+        # per-layer bounds (µs) with what the stage may take off: the cheapest kind's layers, and for models
+        # with layers of several kinds the costliest kind's less what the cheaper layers could save
+        bounds = [(coeffs.layer_us, 0, "layer")]
+        if coeffs.heavy_layer_us:
+            bounds.append((coeffs.heavy_layer_us, by_pairing(f"light_discount_us[{building.name}]",
+                                                             coeffs.light_discount_us, building.name), "heavy_layer"))
+        for table, discount, label in bounds:
+            per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
+            if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
+                gathered = _new(model, f"{label}_or_gathers_us[{building.name}]",
+                                max(_upper(per_layer), _upper(gather)))
+                model.AddMaxEquality(gathered, [per_layer, gather])
+                per_layer = gathered
+            if label == "layer":
+                per_layer_times.append(per_layer)
+            t_b = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer) - discount
+            if pp_dp is None:
+                model.Add(t_reg >= t_b)
+            else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
+                model.Add(t_reg >= t_b).OnlyEnforceIf(head_only[b].Not())
+            head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
+            t_head = _product(model, f"head_stage_{label}s_us[{building.name}]", pv.head_layers, per_layer)
+            conditions = [[pv.used[b], lit] for lit in whole]
+            if pp_mode is not None:
+                conditions.append([pv.used[b], pv.head[b], pp_mode])
+            if pp_dp is not None:
+                conditions.append([pv.used[b], group_head[b], pp_dp])
+            for condition in conditions:
+                model.Add(t_head_max >= t_head - discount + head).OnlyEnforceIf(condition)
     model.Add(t_max >= t_head_max)
     # the slowest stage takes at least the average: pp·t_max ≥ the whole model on the fastest GPU (this is
     # what bounds MoE models, whose per-layer bound above is the cheaper dense layer)
     stages_x_t_max = model.NewIntVar(0, HORIZON_US * max(pv.space.pp), "pp*t_max")
     model.AddMultiplicationEquality(stages_x_t_max, [pv.pp_var, t_max])
-    model.Add(stages_x_t_max >= pv.shape.linear([coeffs.model_us[shape] for shape in pv.shape.values]))
+    model.Add(stages_x_t_max >= by_pairing("model_us", {(shape, None, pairs): us for (shape, pairs), us
+                                                        in coeffs.model_us.items()}, None))
     compute = _product(model, "compute_us", pv.microbatches, t_max)
 
     # Chain bounds: a stage k cannot start before micro-batch 0's forward reached it nor end before the
@@ -193,9 +239,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
-    groups = _dp_group_sizes(pv)
-    zero3_nic = _add_zero3_gathers(pv, coeffs, pipeline, successors, groups) if 3 in pv.zero.values else []
+    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, best_gather) if best_gather is not None else []
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -246,7 +290,6 @@ def _shape_var(pv: PlanVars, name: str, values: list[int]) -> cp_model.IntVar:
 
 
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
-STREAM_CAP = 10**17  # a stage's gather stream (µs) before the cap at HORIZON_US: domains must sum within int64
 
 
 def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
@@ -257,21 +300,20 @@ def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
     return math.ceil(math.log2(max(d, 2))) if algorithm is CollectiveAlgorithm.PAT else d - 1
 
 
-def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar,
-                       successors: dict[tuple[int, int], cp_model.IntVar], groups: DpGroups
-                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
-    """ZeRO-3 gathers each layer's weights before its forward and again before its backward, on one stream
-    per stage, so a stage lasts at least m·layers_b·g, g ≥ one layer's pair of all-gathers over n ≥ dp ranks:
+def _zero3_gather_pair(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+                       groups: DpGroups) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
+    of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers over n ≥ dp
+    ranks (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other
+    stages, and capped so that layers·g stays within the horizon:
     - inside a building: ring volume 2(n−1)/n × the shape's bytes over its best path (the NICs once
       d > node GPUs: no DP group fits a node), plus that path's latency per step (``_gather_steps`` of
       the fewest-step intra algorithm; hierarchical runs as ring inside a building);
     - DP across buildings (dp, pp+dp): the layer's non-expert weights over the ring's slowest building edge
       (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or the larger end's GPUs
       (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step (``_gather_steps``).
-    Returns (scaled µs, condition) bounds of the whole step for shapes whose DP group always crosses NICs:
-    each GPU's NIC also carries the step's gradient reduce-scatter (half a micro-batch's two gathers)."""
+    Returns g and the shape's best-path pair at n = 2 (µs per layer)."""
     model, instance = pv.model, pv.instance
-    zero3 = pv.zero.lit(3)
     node = node_gpus(instance)
     best = _shape_var(pv, "zero3_us_per_layer", [coeffs.zero3_gather_us_per_layer[s] for s in pv.shape.values])
     best_step = _shape_var(pv, "zero3_step_us", [coeffs.zero3_step_us[s] for s in pv.shape.values])
@@ -279,13 +321,19 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
     nic_step = _shape_var(pv, "zero3_nic_step_us", [coeffs.zero3_fabric[s][1] for s in pv.shape.values])
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
     ring_alg, hierarchical = CollectiveAlgorithm.RING, CollectiveAlgorithm.HIERARCHICAL
-    intra = [ring_alg if a is hierarchical else a for a in pv.intra_algorithm.values]
+    intra = [(ring_alg if a is hierarchical else a, lit)
+             for a, lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True)]
+    inside = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # DP groups within a building
+              if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     for d, d_lit in groups:
         ring = int(SCALE * ring_factor(d))
-        steps = 2 * min(_gather_steps(a, d) for a in intra)
-        model.Add(SCALE * raw >= ring * best + SCALE * steps * best_step).OnlyEnforceIf(d_lit)
-        if d > node:
-            model.Add(SCALE * raw >= ring * nic + SCALE * steps * nic_step).OnlyEnforceIf(d_lit)
+        # the intra algorithm's steps where the group stays in a building, else the fewest of any
+        stepped = [(2 * _gather_steps(a, d), [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
+        stepped.append((2 * min(_gather_steps(a, d) for a, _ in intra), [d_lit]))
+        for steps, when in stepped:
+            model.Add(SCALE * raw >= ring * best + SCALE * steps * best_step).OnlyEnforceIf(when)
+            if d > node:
+                model.Add(SCALE * raw >= ring * nic + SCALE * steps * nic_step).OnlyEnforceIf(when)
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
         pair_mib = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES  # both gathers of one layer's weights
@@ -302,21 +350,27 @@ def _add_zero3_gathers(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.In
                     for mode_lit in crossing:
                         model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
                                   ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
-    most = instance.job.global_batch_size * instance.job.model_spec.layers  # m · layers_b ≤ this
-    ceiling = max(1, min(HORIZON_US, STREAM_CAP // (most + 1)))  # m · layers · gather ≤ STREAM_CAP
+    ceiling = HORIZON_US // max(1, instance.job.model_spec.layers)
+    capped = _new(model, "zero3_gather_pair_capped_us", ceiling)
+    model.AddMinEquality(capped, [raw, ceiling])
     gather = _new(model, "zero3_gather_pair_us", ceiling)
-    model.AddMinEquality(gather, [raw, ceiling])
+    zero3 = pv.zero.lit(3)
+    model.Add(gather == capped).OnlyEnforceIf(zero3)
+    model.Add(gather == 0).OnlyEnforceIf(zero3.Not())
+    return gather, best
+
+
+def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, best: cp_model.IntVar
+                      ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
+    """(scaled µs, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
+    each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
+    micro-batch's pair); ``best``: the shape's best-path pair at n = 2 (µs per layer)."""
+    model, instance = pv.model, pv.instance
+    zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == pv.shape.linear([int(coeffs.zero3_on_nic[shape]) for shape in pv.shape.values]))
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
-        m_layers = model.NewIntVar(0, most, f"m*layers[{building.name}]")
-        model.AddMultiplicationEquality(m_layers, [pv.microbatches, pv.layers[b]])
-        stream = _new(model, f"zero3_stream_us[{building.name}]", STREAM_CAP)
-        model.AddMultiplicationEquality(stream, [m_layers, gather])
-        capped = _new(model, f"zero3_stream_capped_us[{building.name}]")  # the pipeline's domain ends at HORIZON
-        model.AddMinEquality(capped, [stream, HORIZON_US])
-        model.Add(pipeline >= capped).OnlyEnforceIf([zero3, pv.used[b]])
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], best)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
         for d, d_lit in groups:
