@@ -46,3 +46,14 @@ def test_moe_bounds_charge_the_all_to_all_to_schedules_that_do_not_hide_it(load_
     ratios = bound_ratios(load_shipped_instance("moe-deepseek-v3-h800.yaml"), 5, lambda plan: plan.zero_stage == 1)
     assert max(ratios) <= 1.01
     assert statistics.median(ratios) >= 0.85  # 0.67 while every layer was priced as DualPipe hides it
+
+
+def test_zero3_gathers_shard_experts_over_the_expert_data_parallel_group() -> None:
+    """Non-expert weights are gathered over the dp·cp ranks, experts over dp·cp/ep: when ep = dp·cp every
+    rank holds its experts whole and gathers none of them (charging them would break the lower bound)."""
+    from scaleacross_opt.optimizer.cpsat.objective import _gather_pairs_us
+
+    pairs = ((10.0, 100.0),)  # µs of (non-expert, expert) weights at the n = 2 ring volume
+    assert _gather_pairs_us(pairs, ep=8, d=8) == [2 * 7 / 8 * 10.0]
+    assert _gather_pairs_us(pairs, ep=2, d=8) == [2 * 7 / 8 * 10.0 + 2 * 3 / 4 * 100.0]
+    assert _gather_pairs_us(pairs, ep=1, d=1) == [0.0]

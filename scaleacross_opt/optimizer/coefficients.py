@@ -31,11 +31,12 @@ class Coefficients:
     # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP, by whether the schedule pairs
     # micro-batches (``pairings``)
     layer_us: dict[tuple[Shape, str, bool], int]
-    # models with layers of several kinds (MoE after dense layers): the costliest kind's layer_us, and what a
-    # stage holding every cheaper layer saves against that (Σ over the cheaper layers of the difference,
-    # rounded up); empty for models of one kind
+    # models with layers of several kinds (MoE after dense layers): the MoE layer's layer_us, and what a
+    # stage holding every dense layer saves against that (Σ over the dense layers of the positive
+    # difference, rounded up); empty for models of one kind
     heavy_layer_us: dict[tuple[Shape, str, bool], int]
     light_discount_us: dict[tuple[Shape, str, bool], int]
+    dense_layers: int  # layers of the cheaper kinds (what light_discount_us sums over)
     model_us: dict[tuple[Shape, bool], int]  # every layer (each of its kind) + embedding/LM head, fastest building
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
@@ -52,10 +53,15 @@ class Coefficients:
     layer_grad_mib: float  # gradient bytes of one whole layer (all TP shards) at the n = 2 ring volume
     pp_link_mib_per_chunk: float  # activation + gradient MiB crossing one boundary per step, per virtual chunk
     optimizer_us_per_layer_pp: dict[str, float]  # optimizer step per unit of layers·pp on this building's GPU
-    zero3_gather_us_per_layer: dict[Shape, int]  # ZeRO-3 weight all-gathers (fwd + bwd) per layer per micro-batch
+    # ZeRO-3 weight all-gathers (before forward and before backward) of one layer per micro-batch, per layer
+    # kind (``layer_kinds``): µs of the (non-expert, expert) weights one GPU holds at the n = 2 ring volume,
+    # over the shape's best DP path / over the NICs (the objective scales each part by its group's ring)
+    zero3_pair_us: dict[Shape, tuple[tuple[float, float], ...]]
+    zero3_nic_pair_us: dict[Shape, tuple[tuple[float, float], ...]]
     zero3_step_us: dict[Shape, int]  # latency of one ZeRO-3 all-gather ring step for this shape's DP path
+    zero3_nic_step_us: dict[Shape, int]  # … on the NICs
     zero3_on_nic: dict[Shape, bool]  # no pipeline depth fits this shape's DP group in one NVLink domain
-    zero3_fabric: dict[Shape, tuple[int, int]]  # (zero3_gather_us_per_layer, zero3_step_us) on the NICs
+    layer_kinds: tuple[LayerKind, ...]  # the model's layer kinds, MoE first
     model_param_mib: float  # parameters of all layers (every shard), Mi-parameters: what DP across moves
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
     # per MiB over the route between buildings i < j, with every GPU of the larger end connected / with one
@@ -174,11 +180,14 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    zero3_nic_pair, zero3_nic_step = {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic: dict[Shape, bool] = {}
-    zero3_fabric: dict[Shape, tuple[int, int]] = {}
     counts = Counter(layer_kinds(model))
+
+    def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
+        return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
@@ -191,9 +200,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                 per_kind = _layer_s(instance, shape, b, intra_transports, space, pairs)
                 layer_us[key] = int(min(per_kind.values()) * 1e6)
                 if len(per_kind) > 1:
-                    heavy = max(per_kind.values())
+                    heavy = per_kind[LayerKind.MOE]
                     heavy_us[key] = int(heavy * 1e6)
-                    discount_us[key] = math.ceil(sum(counts[kind] * (heavy - t) for kind, t in per_kind.items()) * 1e6)
+                    discount_us[key] = math.ceil(sum(counts[kind] * max(0.0, heavy - t)
+                                                     for kind, t in per_kind.items()) * 1e6)
                 whole[pairs] = min(whole[pairs], sum(counts[kind] * t for kind, t in per_kind.items())
                                    + head.fwd_s + head.bwd_s)
         for pairs, seconds in whole.items():
@@ -211,9 +221,11 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         (nic_bw, nic_latency), (gather_bw, gather_latency), on_nic = _dp_path_best(instance, space, shape,
                                                                                    intra_transports)
         zero3_nic[shape] = on_nic
-        zero3[shape] = int(2 * per_gpu * co.WEIGHT_BYTES / 2 / gather_bw * 1e6)
+        held = [layer_params(model, kind, shape.tp, shape.ep) for kind in kinds]
+        zero3[shape] = tuple((p.dense * us_per_byte(gather_bw), p.expert * us_per_byte(gather_bw)) for p in held)
+        zero3_nic_pair[shape] = tuple((p.dense * us_per_byte(nic_bw), p.expert * us_per_byte(nic_bw)) for p in held)
         zero3_step[shape] = int(gather_latency * 1e6)
-        zero3_fabric[shape] = (int(2 * per_gpu * co.WEIGHT_BYTES / 2 / nic_bw * 1e6), int(nic_latency * 1e6))
+        zero3_nic_step[shape] = int(nic_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
                / n / KIB for zero in space.zero_stages}
     capacity = {b.name: int(((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)
@@ -262,8 +274,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
         layer_grad_mib=full_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
-        optimizer_us_per_layer_pp=optimizer_us, zero3_gather_us_per_layer=zero3, zero3_step_us=zero3_step,
-        zero3_on_nic=zero3_nic, zero3_fabric=zero3_fabric,
+        optimizer_us_per_layer_pp=optimizer_us, zero3_pair_us=zero3, zero3_nic_pair_us=zero3_nic_pair,
+        zero3_step_us=zero3_step, zero3_nic_step_us=zero3_nic_step, zero3_on_nic=zero3_nic, layer_kinds=tuple(kinds),
+        dense_layers=sum(count for kind, count in counts.items() if kind is not LayerKind.MOE) if len(kinds) > 1 else 0,
         model_param_mib=sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
         pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us,

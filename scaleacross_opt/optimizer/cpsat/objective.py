@@ -25,6 +25,7 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -109,7 +110,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
     groups = _dp_group_sizes(pv)
-    gather, best_gather = _zero3_gather_pair(pv, coeffs, successors, groups) if 3 in pv.zero.values else (None, None)
+    gathers = _zero3_gathers(pv, coeffs, successors, groups) if 3 in pv.zero.values else None
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
     paired = None
@@ -136,11 +137,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     for b, building in enumerate(buildings):
         # per-layer bounds (µs) with what the stage may take off: the cheapest kind's layers, and for models
         # with layers of several kinds the costliest kind's less what the cheaper layers could save
-        bounds = [(coeffs.layer_us, 0, "layer")]
+        bounds = [(coeffs.layer_us, 0, "layer", gathers.light if gathers else None)]
         if coeffs.heavy_layer_us:
-            bounds.append((coeffs.heavy_layer_us, by_pairing(f"light_discount_us[{building.name}]",
-                                                             coeffs.light_discount_us, building.name), "heavy_layer"))
-        for table, discount, label in bounds:
+            discount = by_pairing(f"light_discount_us[{building.name}]", coeffs.light_discount_us, building.name)
+            if gathers is not None and gathers.excess is not None:
+                # max(a, b) − max(c, d) ≤ max(a − c, b − d): the dense layers save at most the larger excess
+                either = _new(model, f"light_discount_or_gathers_us[{building.name}]", HORIZON_US)
+                model.AddMaxEquality(either, [discount, gathers.excess])
+                discount = either
+            bounds.append((coeffs.heavy_layer_us, discount, "heavy_layer", gathers.heavy if gathers else None))
+        for table, discount, label, gather in bounds:
             per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
             if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
                 gathered = _new(model, f"{label}_or_gathers_us[{building.name}]",
@@ -239,7 +245,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, best_gather) if best_gather is not None else []
+    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, gathers.nic) if gathers is not None else []
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -300,40 +306,73 @@ def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
     return math.ceil(math.log2(max(d, 2))) if algorithm is CollectiveAlgorithm.PAT else d - 1
 
 
-def _zero3_gather_pair(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                       groups: DpGroups) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+@dataclass(frozen=True)
+class _Zero3Gathers:
+    """The ZeRO-3 gather terms of the objective (µs per layer per micro-batch; 0 without ZeRO-3)."""
+
+    light: cp_model.IntVar  # the pair of all-gathers of the cheapest layer kind (any path)
+    heavy: cp_model.IntVar | None  # … of an MoE layer (models with layers of several kinds)
+    excess: cp_model.IntVar | None  # ≤ dense layers × (MoE pair − dense pair), bandwidth part
+    nic: cp_model.IntVar  # the cheapest kind's pair over the NICs, latency left out
+
+
+def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) -> list[float]:
+    """Per layer kind: a layer's pair of all-gathers when its non-expert weights are sharded over d ranks and
+    its experts over d/ep (ring volume 2(n−1)/n of each part's n = 2 coefficient; no gather for n = 1)."""
+    def ring(n: int) -> float:
+        return 2 * (n - 1) / n if n > 1 else 0.0
+    experts = ring(d // ep) if d % ep == 0 else 0.0
+    return [ring(d) * dense + experts * expert for dense, expert in pairs]
+
+
+def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+                   groups: DpGroups) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
-    of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers over n ≥ dp
-    ranks (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other
-    stages, and capped so that layers·g stays within the horizon:
-    - inside a building: ring volume 2(n−1)/n × the shape's bytes over its best path (the NICs once
-      d > node GPUs: no DP group fits a node), plus that path's latency per step (``_gather_steps`` of
-      the fewest-step intra algorithm; hierarchical runs as ring inside a building);
-    - DP across buildings (dp, pp+dp): the layer's non-expert weights over the ring's slowest building edge
-      (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or the larger end's GPUs
-      (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step (``_gather_steps``).
-    Returns g and the shape's best-path pair at n = 2 (µs per layer)."""
+    of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
+    (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
+    stages, and capped so that layers·g stays within the horizon. The non-expert weights are gathered over
+    the n = dp·cp ranks of the DP group, the experts over n/ep:
+    - inside a building: ring volume 2(n−1)/n × each part's bytes over the shape's best path (the NICs
+      once n > node GPUs: no DP group fits a node), plus that path's latency per step (``_gather_steps`` of
+      the plan's intra algorithm where the group stays in a building, else the fewest-step one;
+      hierarchical runs as ring inside a building);
+    - DP across buildings (dp, pp+dp; cheapest kind only): the layer's non-expert weights over the ring's
+      slowest building edge (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or
+      the larger end's GPUs (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
-    best = _shape_var(pv, "zero3_us_per_layer", [coeffs.zero3_gather_us_per_layer[s] for s in pv.shape.values])
-    best_step = _shape_var(pv, "zero3_step_us", [coeffs.zero3_step_us[s] for s in pv.shape.values])
-    nic = _shape_var(pv, "zero3_nic_us_per_layer", [coeffs.zero3_fabric[s][0] for s in pv.shape.values])
-    nic_step = _shape_var(pv, "zero3_nic_step_us", [coeffs.zero3_fabric[s][1] for s in pv.shape.values])
+    shapes = pv.shape.values
+    several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
+    best_step = _shape_var(pv, "zero3_step_us", [coeffs.zero3_step_us[s] for s in shapes])
+    nic_step = _shape_var(pv, "zero3_nic_step_us", [coeffs.zero3_nic_step_us[s] for s in shapes])
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
+    raw_heavy = _new(model, "zero3_moe_gather_pair_raw_us", RHS_CAP) if several else None
+    nic_light = _new(model, "zero3_nic_gather_pair_us", RHS_CAP)
+    excess = _new(model, "zero3_moe_gather_excess_us", RHS_CAP) if several else None
     ring_alg, hierarchical = CollectiveAlgorithm.RING, CollectiveAlgorithm.HIERARCHICAL
     intra = [(ring_alg if a is hierarchical else a, lit)
              for a, lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True)]
     inside = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # DP groups within a building
               if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     for d, d_lit in groups:
-        ring = int(SCALE * ring_factor(d))
+        best = [_gather_pairs_us(coeffs.zero3_pair_us[s], s.ep, d) for s in shapes]
+        nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[s], s.ep, d) for s in shapes]
+        model.Add(nic_light >= pv.shape.linear([int(min(row)) for row in nic])).OnlyEnforceIf(d_lit)
         # the intra algorithm's steps where the group stays in a building, else the fewest of any
         stepped = [(2 * _gather_steps(a, d), [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
         stepped.append((2 * min(_gather_steps(a, d) for a, _ in intra), [d_lit]))
+        targets = [(raw, min)] + ([(raw_heavy, lambda row: row[0])] if several else [])
         for steps, when in stepped:
-            model.Add(SCALE * raw >= ring * best + SCALE * steps * best_step).OnlyEnforceIf(when)
-            if d > node:
-                model.Add(SCALE * raw >= ring * nic + SCALE * steps * nic_step).OnlyEnforceIf(when)
+            for var, pick in targets:
+                model.Add(var >= pv.shape.linear([int(pick(row)) for row in best]) + steps * best_step
+                          ).OnlyEnforceIf(when)
+                if d > node:
+                    model.Add(var >= pv.shape.linear([int(pick(row)) for row in nic]) + steps * nic_step
+                              ).OnlyEnforceIf(when)
+        if excess is not None:  # what the dense layers' gathers may save against the MoE layer's (bandwidth)
+            saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) for b, n in zip(best, nic, strict=True)]
+            model.Add(excess <= pv.shape.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
+                      ).OnlyEnforceIf(d_lit)
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
         pair_mib = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES  # both gathers of one layer's weights
@@ -351,31 +390,38 @@ def _zero3_gather_pair(pv: PlanVars, coeffs: Coefficients, successors: dict[tupl
                         model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
                                   ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
     ceiling = HORIZON_US // max(1, instance.job.model_spec.layers)
-    capped = _new(model, "zero3_gather_pair_capped_us", ceiling)
-    model.AddMinEquality(capped, [raw, ceiling])
-    gather = _new(model, "zero3_gather_pair_us", ceiling)
     zero3 = pv.zero.lit(3)
-    model.Add(gather == capped).OnlyEnforceIf(zero3)
-    model.Add(gather == 0).OnlyEnforceIf(zero3.Not())
-    return gather, best
+
+    def per_layer(name: str, source: cp_model.IntVar) -> cp_model.IntVar:
+        """min(source, ceiling) under ZeRO-3, else 0."""
+        capped = _new(model, f"{name}_capped_us", ceiling)
+        model.AddMinEquality(capped, [source, ceiling])
+        out = _new(model, f"{name}_us", ceiling)
+        model.Add(out == capped).OnlyEnforceIf(zero3)
+        model.Add(out == 0).OnlyEnforceIf(zero3.Not())
+        return out
+
+    return _Zero3Gathers(per_layer("zero3_gather_pair", raw),
+                         per_layer("zero3_moe_gather_pair", raw_heavy) if raw_heavy is not None else None,
+                         excess, nic_light)
 
 
-def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, best: cp_model.IntVar
+def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, nic: cp_model.IntVar
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
-    """(scaled µs, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
+    """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
-    micro-batch's pair); ``best``: the shape's best-path pair at n = 2 (µs per layer)."""
+    micro-batch's pair); ``nic``: the cheapest layer kind's pair over the NICs (µs per layer)."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == pv.shape.linear([int(coeffs.zero3_on_nic[shape]) for shape in pv.shape.values]))
+    capped = _new(model, "zero3_nic_pair_capped_us", HORIZON_US // max(1, instance.job.model_spec.layers))
+    model.AddMinEquality(capped, [nic, HORIZON_US // max(1, instance.job.model_spec.layers)])
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
-        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], best)
+        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], capped)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
-        for d, d_lit in groups:
-            ring = int(SCALE * ring_factor(d))
-            step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
+        step_bounds.append((SCALE * total + SCALE // 2 * per_mb, [zero3, on_nic, pv.used[b]]))
     return step_bounds
 
 
