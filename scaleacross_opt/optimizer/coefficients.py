@@ -56,11 +56,13 @@ class Coefficients:
     # ZeRO-3 weight all-gathers (before forward and before backward) of one layer per micro-batch, per layer
     # kind (``layer_kinds``): µs of the (non-expert, expert) weights one GPU holds at the n = 2 ring volume,
     # over the shape's best DP path / over the NICs (the objective scales each part by its group's ring)
-    zero3_pair_us: dict[Shape, tuple[tuple[float, float], ...]]
-    zero3_nic_pair_us: dict[Shape, tuple[tuple[float, float], ...]]
-    zero3_step_us: dict[Shape, int]  # latency of one ZeRO-3 all-gather ring step for this shape's DP path
-    zero3_nic_step_us: dict[Shape, int]  # … on the NICs
-    zero3_on_nic: dict[Shape, bool]  # no pipeline depth fits this shape's DP group in one NVLink domain
+    # (these depend on the shape's (tp, ep) only, and are keyed by it: the model sums 30–50 of them, not
+    # the 1,000+ shapes)
+    zero3_pair_us: dict[tuple[int, int], tuple[tuple[float, float], ...]]
+    zero3_nic_pair_us: dict[tuple[int, int], tuple[tuple[float, float], ...]]
+    zero3_step_us: dict[tuple[int, int], int]  # latency of one ZeRO-3 all-gather ring step on the best DP path
+    zero3_nic_step_us: dict[tuple[int, int], int]  # … on the NICs
+    zero3_on_nic: dict[tuple[int, int], bool]  # no pipeline depth fits a DP group of this tp in one NVLink domain
     layer_kinds: tuple[LayerKind, ...]  # the model's layer kinds, MoE first
     model_param_mib: float  # parameters of all layers (every shard), Mi-parameters: what DP across moves
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
@@ -183,7 +185,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     zero3_nic_pair, zero3_nic_step = {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
-    zero3_nic: dict[Shape, bool] = {}
+    zero3_nic: dict[tuple[int, int], bool] = {}
     counts = Counter(layer_kinds(model))
 
     def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
@@ -218,14 +220,17 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
+        sharding = (shape.tp, shape.ep)
+        if sharding in zero3:
+            continue
         (nic_bw, nic_latency), (gather_bw, gather_latency), on_nic = _dp_path_best(instance, space, shape,
                                                                                    intra_transports)
-        zero3_nic[shape] = on_nic
+        zero3_nic[sharding] = on_nic
         held = [layer_params(model, kind, shape.tp, shape.ep) for kind in kinds]
-        zero3[shape] = tuple((p.dense * us_per_byte(gather_bw), p.expert * us_per_byte(gather_bw)) for p in held)
-        zero3_nic_pair[shape] = tuple((p.dense * us_per_byte(nic_bw), p.expert * us_per_byte(nic_bw)) for p in held)
-        zero3_step[shape] = int(gather_latency * 1e6)
-        zero3_nic_step[shape] = int(nic_latency * 1e6)
+        zero3[sharding] = tuple((p.dense * us_per_byte(gather_bw), p.expert * us_per_byte(gather_bw)) for p in held)
+        zero3_nic_pair[sharding] = tuple((p.dense * us_per_byte(nic_bw), p.expert * us_per_byte(nic_bw)) for p in held)
+        zero3_step[sharding] = int(gather_latency * 1e6)
+        zero3_nic_step[sharding] = int(nic_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
                / n / KIB for zero in space.zero_stages}
     capacity = {b.name: int(((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)

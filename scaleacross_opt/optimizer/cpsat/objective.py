@@ -33,7 +33,7 @@ from ...catalog import coefficients as co
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ..coefficients import Coefficients, node_gpus, pairings
-from .variables import PlanVars
+from .variables import OneHot, PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
 V_SHAPE_CHAIN = SCALE // 8  # chain share for V-shaped schedules: chunk 0 (½ the layers) × forward (≥ ¼)
@@ -245,7 +245,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, gathers.nic) if gathers is not None else []
+    zero3_nic = _zero3_nic_bounds(pv, coeffs, gathers) if gathers is not None else []
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -314,6 +314,7 @@ class _Zero3Gathers:
     heavy: cp_model.IntVar | None  # … of an MoE layer (models with layers of several kinds)
     excess: cp_model.IntVar | None  # ≤ dense layers × (MoE pair − dense pair), bandwidth part
     nic: cp_model.IntVar  # the cheapest kind's pair over the NICs, latency left out
+    sharding: OneHot  # the shape's (tp, ep), which the gathers depend on
 
 
 def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) -> list[float]:
@@ -341,10 +342,16 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
       the larger end's GPUs (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
-    shapes = pv.shape.values
+    sharding = _sharding_choice(pv)
     several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
-    best_step = _shape_var(pv, "zero3_step_us", [coeffs.zero3_step_us[s] for s in shapes])
-    nic_step = _shape_var(pv, "zero3_nic_step_us", [coeffs.zero3_nic_step_us[s] for s in shapes])
+
+    def var_of(name: str, values: list[int]) -> cp_model.IntVar:
+        var = _new(model, name, max(values))
+        model.Add(var == sharding.linear(values))
+        return var
+
+    best_step = var_of("zero3_step_us", [coeffs.zero3_step_us[k] for k in sharding.values])
+    nic_step = var_of("zero3_nic_step_us", [coeffs.zero3_nic_step_us[k] for k in sharding.values])
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
     raw_heavy = _new(model, "zero3_moe_gather_pair_raw_us", RHS_CAP) if several else None
     nic_light = _new(model, "zero3_nic_gather_pair_us", RHS_CAP)
@@ -355,23 +362,23 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
     inside = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # DP groups within a building
               if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     for d, d_lit in groups:
-        best = [_gather_pairs_us(coeffs.zero3_pair_us[s], s.ep, d) for s in shapes]
-        nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[s], s.ep, d) for s in shapes]
-        model.Add(nic_light >= pv.shape.linear([int(min(row)) for row in nic])).OnlyEnforceIf(d_lit)
+        best = [_gather_pairs_us(coeffs.zero3_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
+        nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
+        model.Add(nic_light >= sharding.linear([int(min(row)) for row in nic])).OnlyEnforceIf(d_lit)
         # the intra algorithm's steps where the group stays in a building, else the fewest of any
         stepped = [(2 * _gather_steps(a, d), [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
         stepped.append((2 * min(_gather_steps(a, d) for a, _ in intra), [d_lit]))
         targets = [(raw, min)] + ([(raw_heavy, lambda row: row[0])] if several else [])
-        for steps, when in stepped:
-            for var, pick in targets:
-                model.Add(var >= pv.shape.linear([int(pick(row)) for row in best]) + steps * best_step
-                          ).OnlyEnforceIf(when)
-                if d > node:
-                    model.Add(var >= pv.shape.linear([int(pick(row)) for row in nic]) + steps * nic_step
-                              ).OnlyEnforceIf(when)
+        for var, pick in targets:  # the bandwidth part once per d, then each latency case
+            paths = [(var_of(f"{var.Name()}_best[{d}]", [int(pick(row)) for row in best]), best_step)]
+            if d > node:
+                paths.append((var_of(f"{var.Name()}_nic[{d}]", [int(pick(row)) for row in nic]), nic_step))
+            for steps, when in stepped:
+                for bandwidth, step in paths:
+                    model.Add(var >= bandwidth + steps * step).OnlyEnforceIf(when)
         if excess is not None:  # what the dense layers' gathers may save against the MoE layer's (bandwidth)
             saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) for b, n in zip(best, nic, strict=True)]
-            model.Add(excess <= pv.shape.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
+            model.Add(excess <= sharding.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
                       ).OnlyEnforceIf(d_lit)
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
@@ -403,18 +410,30 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
 
     return _Zero3Gathers(per_layer("zero3_gather_pair", raw),
                          per_layer("zero3_moe_gather_pair", raw_heavy) if raw_heavy is not None else None,
-                         excess, nic_light)
+                         excess, nic_light, sharding)
 
 
-def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, nic: cp_model.IntVar
+def _sharding_choice(pv: PlanVars) -> OneHot:
+    """The shape's (tp, ep) as a one-hot of its own (each literal: the sum of its shapes' literals)."""
+    keys = sorted({(shape.tp, shape.ep) for shape in pv.shape.values})
+    lits = []
+    for key in keys:
+        lit = pv.model.NewBoolVar(f"tp,ep={key}")
+        pv.model.Add(lit == sum(s_lit for shape, s_lit in zip(pv.shape.values, pv.shape.lits, strict=True)
+                                if (shape.tp, shape.ep) == key))
+        lits.append(lit)
+    return OneHot(keys, lits)
+
+
+def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, gathers: _Zero3Gathers
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
-    micro-batch's pair); ``nic``: the cheapest layer kind's pair over the NICs (µs per layer)."""
+    micro-batch's pair), at least ``gathers.nic`` (the cheapest layer kind's pair over the NICs) per layer."""
     model, instance = pv.model, pv.instance
-    zero3 = pv.zero.lit(3)
+    zero3, nic = pv.zero.lit(3), gathers.nic
     on_nic = model.NewBoolVar("zero3_group_on_nics")
-    model.Add(on_nic == pv.shape.linear([int(coeffs.zero3_on_nic[shape]) for shape in pv.shape.values]))
+    model.Add(on_nic == gathers.sharding.linear([int(coeffs.zero3_on_nic[key]) for key in gathers.sharding.values]))
     capped = _new(model, "zero3_nic_pair_capped_us", HORIZON_US // max(1, instance.job.model_spec.layers))
     model.AddMinEquality(capped, [nic, HORIZON_US // max(1, instance.job.model_spec.layers)])
     step_bounds = []
