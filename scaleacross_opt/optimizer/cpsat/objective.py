@@ -245,7 +245,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
 
-    zero3_nic = _zero3_nic_bounds(pv, coeffs, gathers) if gathers is not None else []
+    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding) if gathers is not None else []
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -313,7 +313,6 @@ class _Zero3Gathers:
     light: cp_model.IntVar  # the pair of all-gathers of the cheapest layer kind (any path)
     heavy: cp_model.IntVar | None  # … of an MoE layer (models with layers of several kinds)
     excess: cp_model.IntVar | None  # ≤ dense layers × (MoE pair − dense pair), bandwidth part
-    nic: cp_model.IntVar  # the cheapest kind's pair over the NICs, latency left out
     sharding: OneHot  # the shape's (tp, ep), which the gathers depend on
 
 
@@ -354,29 +353,42 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
     nic_step = var_of("zero3_nic_step_us", [coeffs.zero3_nic_step_us[k] for k in sharding.values])
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
     raw_heavy = _new(model, "zero3_moe_gather_pair_raw_us", RHS_CAP) if several else None
-    nic_light = _new(model, "zero3_nic_gather_pair_us", RHS_CAP)
     excess = _new(model, "zero3_moe_gather_excess_us", RHS_CAP) if several else None
     ring_alg, hierarchical = CollectiveAlgorithm.RING, CollectiveAlgorithm.HIERARCHICAL
     intra = [(ring_alg if a is hierarchical else a, lit)
              for a, lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True)]
     inside = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # DP groups within a building
               if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
+    # A layer's pair over n = d ranks (experts over d/ep): 2(d−1)/d·N + 2X − (2/d)·(ep·X) with N, X its
+    # non-expert and expert weights' pair at n = 2: linear in three variables fixed by (tp, ep) (the cheapest
+    # kind: the least N and the least X of any kind; MoE layers: their own).
+    terms = {}
+    for path, table in (("best", coeffs.zero3_pair_us), ("nic", coeffs.zero3_nic_pair_us)):
+        for label, var in (("light", raw), ("heavy", raw_heavy)):
+            if var is None:
+                continue
+            rows = [table[key] if label == "light" else table[key][:1] for key in sharding.values]
+            dense = [int(min(n for n, _ in row)) for row in rows]
+            experts = [int(min(x for _, x in row)) for row in rows]
+            terms[(path, label)] = (var_of(f"zero3_{label}_{path}_pair_dense_us", dense),
+                                    var_of(f"zero3_{label}_{path}_pair_experts_us", experts),
+                                    var_of(f"zero3_{label}_{path}_pair_ep_x_experts_us",
+                                           [ep * x for (_, ep), x in zip(sharding.values, experts, strict=True)]))
     for d, d_lit in groups:
-        best = [_gather_pairs_us(coeffs.zero3_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
-        nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
-        model.Add(nic_light >= sharding.linear([int(min(row)) for row in nic])).OnlyEnforceIf(d_lit)
         # the intra algorithm's steps where the group stays in a building, else the fewest of any
         stepped = [(2 * _gather_steps(a, d), [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
         stepped.append((2 * min(_gather_steps(a, d) for a, _ in intra), [d_lit]))
-        targets = [(raw, min)] + ([(raw_heavy, lambda row: row[0])] if several else [])
-        for var, pick in targets:  # the bandwidth part once per d, then each latency case
-            paths = [(var_of(f"{var.Name()}_best[{d}]", [int(pick(row)) for row in best]), best_step)]
-            if d > node:
-                paths.append((var_of(f"{var.Name()}_nic[{d}]", [int(pick(row)) for row in nic]), nic_step))
-            for steps, when in stepped:
-                for bandwidth, step in paths:
-                    model.Add(var >= bandwidth + steps * step).OnlyEnforceIf(when)
+        for (path, label), (dense, experts, ep_experts) in terms.items():
+            if path == "nic" and d <= node:
+                continue
+            var = raw if label == "light" else raw_heavy
+            step = best_step if path == "best" else nic_step
+            for steps, when in stepped:  # × SCALE, rounded down (the negative term's factor up)
+                model.Add(SCALE * var >= int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts
+                          - math.ceil(2 * SCALE / d) * ep_experts + SCALE * steps * step).OnlyEnforceIf(when)
         if excess is not None:  # what the dense layers' gathers may save against the MoE layer's (bandwidth)
+            best = [_gather_pairs_us(coeffs.zero3_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
+            nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
             saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) for b, n in zip(best, nic, strict=True)]
             model.Add(excess <= sharding.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
                       ).OnlyEnforceIf(d_lit)
@@ -410,7 +422,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
 
     return _Zero3Gathers(per_layer("zero3_gather_pair", raw),
                          per_layer("zero3_moe_gather_pair", raw_heavy) if raw_heavy is not None else None,
-                         excess, nic_light, sharding)
+                         excess, sharding)
 
 
 def _sharding_choice(pv: PlanVars) -> OneHot:
@@ -425,22 +437,27 @@ def _sharding_choice(pv: PlanVars) -> OneHot:
     return OneHot(keys, lits)
 
 
-def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, gathers: _Zero3Gathers
+def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
-    micro-batch's pair), at least ``gathers.nic`` (the cheapest layer kind's pair over the NICs) per layer."""
+    micro-batch's pair): at least the cheapest layer kind's non-expert weights, ring volume 2(n−1)/n over the
+    n = dp·cp ranks (the experts' group may hold a single rank). The pair is fixed by the (tp, ep) choice, so
+    the products stay tight in the search."""
     model, instance = pv.model, pv.instance
-    zero3, nic = pv.zero.lit(3), gathers.nic
+    zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
-    model.Add(on_nic == gathers.sharding.linear([int(coeffs.zero3_on_nic[key]) for key in gathers.sharding.values]))
-    capped = _new(model, "zero3_nic_pair_capped_us", HORIZON_US // max(1, instance.job.model_spec.layers))
-    model.AddMinEquality(capped, [nic, HORIZON_US // max(1, instance.job.model_spec.layers)])
+    model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
+    pairs = [int(min(dense for dense, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values]
+    dense = _new(model, "zero3_nic_dense_pair_us", max(pairs))
+    model.Add(dense == sharding.linear(pairs))
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
-        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], capped)
+        per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], dense)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
-        step_bounds.append((SCALE * total + SCALE // 2 * per_mb, [zero3, on_nic, pv.used[b]]))
+        for d, d_lit in groups:
+            ring = int(SCALE * ring_factor(d)) if d > 1 else 0
+            step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
     return step_bounds
 
 
