@@ -215,9 +215,12 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
         kiloparams[shape] = int(per_gpu / 1000)
         # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it, and
-        # the members of one DP group in an NVLink domain (at most domain ÷ tp) share their NICs.
+        # the members of one DP group in an NVLink domain (at most domain ÷ tp) share their NICs. The objective
+        # scales it by the dp·cp ranks' ring; experts sync over dp·cp/ep, so they count only when ep = 1.
         sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in buildings)
-        grad[shape] = int(per_gpu * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
+        synced = min(p.dense + (p.expert if shape.ep == 1 else 0.0)
+                     for p in (layer_params(model, k, shape.tp, shape.ep) for k in kinds))
+        grad[shape] = int(synced * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
         sharding = (shape.tp, shape.ep)
