@@ -50,7 +50,7 @@ class Coefficients:
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
     cross_hop_us: dict[Transport, int]  # one-way latency of the shortest cross-building route
     cross_algorithm_steps: dict[CollectiveAlgorithm, str]  # how latency steps grow: 'linear', 'log', 'buildings'
-    layer_grad_mib: float  # gradient bytes of one whole layer (all TP shards) at the n = 2 ring volume
+    layer_grad_mib: float  # non-expert gradient MiB of one whole layer (all TP shards) at the n = 2 ring volume
     pp_link_mib_per_chunk: float  # activation + gradient MiB crossing one boundary per step, per virtual chunk
     optimizer_us_per_layer_pp: dict[str, float]  # optimizer step per unit of layers·pp on this building's GPU
     # ZeRO-3 weight all-gathers (before forward and before backward) of one layer per micro-batch, per layer
@@ -64,7 +64,9 @@ class Coefficients:
     zero3_nic_step_us: dict[tuple[int, int], int]  # … on the NICs
     zero3_on_nic: dict[tuple[int, int], bool]  # no pipeline depth fits a DP group of this tp in one NVLink domain
     layer_kinds: tuple[LayerKind, ...]  # the model's layer kinds, MoE first
-    model_param_mib: float  # parameters of all layers (every shard), Mi-parameters: what DP across moves
+    # parameters of all layers (every shard), Mi-parameters: what DP across moves — non-expert, and experts
+    model_param_mib: float
+    model_expert_param_mib: float
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
     # per MiB over the route between buildings i < j, with every GPU of the larger end connected / with one
     # NVLink domain's connections
@@ -280,12 +282,13 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
-        layer_grad_mib=full_params * co.GRAD_REDUCE_BYTES / 2 / MIB,
+        layer_grad_mib=min(layer_params(model, k, 1, 1).dense for k in kinds) * co.GRAD_REDUCE_BYTES / 2 / MIB,
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_pair_us=zero3, zero3_nic_pair_us=zero3_nic_pair,
         zero3_step_us=zero3_step, zero3_nic_step_us=zero3_nic_step, zero3_on_nic=zero3_nic, layer_kinds=tuple(kinds),
         dense_layers=sum(count for kind, count in counts.items() if kind is not LayerKind.MOE) if len(kinds) > 1 else 0,
-        model_param_mib=sum(sum(vars(layer_params(model, kind, 1, 1)).values()) for kind in layer_kinds(model)) / MIB,
+        model_param_mib=sum(layer_params(model, kind, 1, 1).dense for kind in layer_kinds(model)) / MIB,
+        model_expert_param_mib=sum(layer_params(model, kind, 1, 1).expert for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
         pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us,
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import product
 
 from ortools.sat.python import cp_model
 
@@ -467,21 +468,29 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     their rings carries the whole model's gradient reduce-scatter and (ZeRO-1/2) parameter all-gather —
     ZeRO-3: its two all-gathers per micro-batch and the reduce-scatter — all stages at once, at most at the
     best route's goodput with every GPU connected: step ≥ volume · µs/MiB. Volume factor: (n−1)/n for a
-    flat ring over n ≥ dp ranks, ½ for hierarchical (the outer ring over ≥ 2 buildings). Returns (scaled
-    µs, condition) bounds of the step."""
+    flat ring over n ≥ dp ranks, ½ for hierarchical (the outer ring over ≥ 2 buildings). Experts sync over
+    dp·cp/ep ranks (none cross when ep = dp·cp), so they are counted only when ep = 1. Returns (scaled µs,
+    condition) bounds of the step."""
     if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
         return []
     dp_mode = pv.mode.lit(CrossBuilding.DP)
     zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
     per_microbatch_cap = 10**18 // pv.instance.job.global_batch_size  # × m stays in int64
     bounds = []
-    for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        whole = coeffs.model_param_mib * min(coeffs.pair_route_us_per_mib[transport].values())  # the best route
+    parts = [(coeffs.model_param_mib, [])]  # (Mi-parameters, condition)
+    if coeffs.model_expert_param_mib > 0 and any(shape.ep == 1 for shape in pv.shape.values):
+        ep_one = pv.model.NewBoolVar("ep=1")
+        pv.model.Add(ep_one == sum(lit for shape, lit in zip(pv.shape.values, pv.shape.lits, strict=True)
+                                   if shape.ep == 1))
+        parts.append((coeffs.model_param_mib + coeffs.model_expert_param_mib, [ep_one]))
+    for (params_mib, ep_cond), (transport, t_lit) in product(
+            parts, zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
+        whole = params_mib * min(coeffs.pair_route_us_per_mib[transport].values())  # the best route
         for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in groups]
                        if algorithm is not CollectiveAlgorithm.HIERARCHICAL else [(SCALE / 2, [])])
             for factor, d_cond in factors:
-                when = [dp_mode, t_lit, a_lit, *d_cond]
+                when = [dp_mode, t_lit, a_lit, *d_cond, *ep_cond]
                 sync = min(RHS_CAP, int(factor * whole * (co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES)))
                 if zero3 is None:
                     bounds.append((sync, when))
