@@ -25,6 +25,7 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 
@@ -34,6 +35,7 @@ from ...catalog import coefficients as co
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ..coefficients import Coefficients, node_gpus, pairings
+from ..space import Shape
 from .variables import OneHot, PlanVars
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -123,10 +125,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     def by_pairing(name: str, table: dict, building: str | None) -> cp_model.IntVar:
         """The value ``table[(shape, building, pairs)]`` takes for the plan's shape and schedule."""
         rows = {pairs: [table[(shape, building, pairs)] for shape in pv.shape.values] for pairs in pairings(pv.space)}
+        if paired is None:
+            return _choice_var(pv, pv.shape, name, next(iter(rows.values())))
         out = _new(model, name, max(max(row) for row in rows.values()))
         for pairs, row in rows.items():
-            when = [] if paired is None else [paired if pairs else paired.Not()]
-            model.Add(out == pv.shape.linear(row)).OnlyEnforceIf(when)
+            model.Add(out == pv.shape.linear(row)).OnlyEnforceIf(paired if pairs else paired.Not())
         return out
 
     # --- compute per stage -------------------------------------------------------------------------
@@ -147,6 +150,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.AddMaxEquality(either, [discount, gathers.excess])
                 discount = either
             bounds.append((coeffs.heavy_layer_us, discount, "heavy_layer", gathers.heavy if gathers else None))
+        head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
+        conditions = [[pv.used[b], lit] for lit in whole]  # when this building holds a pipeline's LM-head stage
+        if pp_mode is not None:
+            conditions.append([pv.used[b], pv.head[b], pp_mode])
+        if pp_dp is not None:
+            conditions.append([pv.used[b], group_head[b], pp_dp])
         for table, discount, label, gather in bounds:
             per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
             if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
@@ -161,13 +170,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(t_reg >= t_b)
             else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
                 model.Add(t_reg >= t_b).OnlyEnforceIf(head_only[b].Not())
-            head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
             t_head = _product(model, f"head_stage_{label}s_us[{building.name}]", pv.head_layers, per_layer)
-            conditions = [[pv.used[b], lit] for lit in whole]
-            if pp_mode is not None:
-                conditions.append([pv.used[b], pv.head[b], pp_mode])
-            if pp_dp is not None:
-                conditions.append([pv.used[b], group_head[b], pp_dp])
             for condition in conditions:
                 model.Add(t_head_max >= t_head - discount + head).OnlyEnforceIf(condition)
     model.Add(t_max >= t_head_max)
@@ -290,10 +293,18 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     return step
 
 
-def _shape_var(pv: PlanVars, name: str, values: list[int]) -> cp_model.IntVar:
+def _choice_var(pv: PlanVars, choice: OneHot, name: str, values: list[int]) -> cp_model.IntVar:
+    """A variable equal to ``values[i]`` when ``choice`` takes its i-th value."""
     var = _new(pv.model, name, max(values))
-    pv.model.Add(var == pv.shape.linear(values))
+    pv.model.Add(var == choice.linear(values))
     return var
+
+
+def _shapes_lit(pv: PlanVars, name: str, keep: Callable[[Shape], bool]) -> cp_model.IntVar:
+    """A literal true exactly when the plan's shard shape is one ``keep`` accepts."""
+    lit = pv.model.NewBoolVar(name)
+    pv.model.Add(lit == sum(s_lit for shape, s_lit in zip(pv.shape.values, pv.shape.lits, strict=True) if keep(shape)))
+    return lit
 
 
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
@@ -321,7 +332,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
     """Per layer kind: a layer's pair of all-gathers when its non-expert weights are sharded over d ranks and
     its experts over d/ep (ring volume 2(n−1)/n of each part's n = 2 coefficient; no gather for n = 1)."""
     def ring(n: int) -> float:
-        return 2 * (n - 1) / n if n > 1 else 0.0
+        return ring_factor(n) if n > 1 else 0.0
     experts = ring(d // ep) if d % ep == 0 else 0.0
     return [ring(d) * dense + experts * expert for dense, expert in pairs]
 
@@ -346,9 +357,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
     several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
 
     def var_of(name: str, values: list[int]) -> cp_model.IntVar:
-        var = _new(model, name, max(values))
-        model.Add(var == sharding.linear(values))
-        return var
+        return _choice_var(pv, sharding, name, values)
 
     best_step = var_of("zero3_step_us", [coeffs.zero3_step_us[k] for k in sharding.values])
     nic_step = var_of("zero3_nic_step_us", [coeffs.zero3_nic_step_us[k] for k in sharding.values])
@@ -429,13 +438,8 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
 def _sharding_choice(pv: PlanVars) -> OneHot:
     """The shape's (tp, ep) as a one-hot of its own (each literal: the sum of its shapes' literals)."""
     keys = sorted({(shape.tp, shape.ep) for shape in pv.shape.values})
-    lits = []
-    for key in keys:
-        lit = pv.model.NewBoolVar(f"tp,ep={key}")
-        pv.model.Add(lit == sum(s_lit for shape, s_lit in zip(pv.shape.values, pv.shape.lits, strict=True)
-                                if (shape.tp, shape.ep) == key))
-        lits.append(lit)
-    return OneHot(keys, lits)
+    return OneHot(keys, [_shapes_lit(pv, f"tp,ep={key}", lambda shape, key=key: (shape.tp, shape.ep) == key)
+                         for key in keys])
 
 
 def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
@@ -449,9 +453,8 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
-    pairs = [int(min(dense for dense, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values]
-    dense = _new(model, "zero3_nic_dense_pair_us", max(pairs))
-    model.Add(dense == sharding.linear(pairs))
+    dense = _choice_var(pv, sharding, "zero3_nic_dense_pair_us",
+                        [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], dense)
@@ -479,9 +482,7 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     bounds = []
     parts = [(coeffs.model_param_mib, [])]  # (Mi-parameters, condition)
     if coeffs.model_expert_param_mib > 0 and any(shape.ep == 1 for shape in pv.shape.values):
-        ep_one = pv.model.NewBoolVar("ep=1")
-        pv.model.Add(ep_one == sum(lit for shape, lit in zip(pv.shape.values, pv.shape.lits, strict=True)
-                                   if shape.ep == 1))
+        ep_one = _shapes_lit(pv, "ep=1", lambda shape: shape.ep == 1)
         parts.append((coeffs.model_param_mib + coeffs.model_expert_param_mib, [ep_one]))
     for (params_mib, ep_cond), (transport, t_lit) in product(
             parts, zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
