@@ -204,6 +204,9 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
     return values
 
 
+UNTRIM_TRIALS = 20_000
+
+
 def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int,
                      virtual_stages: int = 1) -> list[int] | None:
     """The per-run layer counts ℓ that ``materialize_layers`` trims into ``layers``: runs of ``stage_counts``
@@ -211,8 +214,11 @@ def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int
     model requires), and the trimming takes a layer from each other stage above ``virtual_stages`` per pass.
     After P passes a stage lost P or P − 1 layers (or stopped at the floor), so ℓ of a run is one of its
     stages' layers + P or + P − 1; the smallest P that explains ``layers`` wins, then the smallest ℓ.
-    Returns None when no ℓ does."""
+    Returns None when no ℓ does, or none within ``UNTRIM_TRIALS`` candidate ℓ (runs whose stages all sit at the
+    floor admit any ℓ up to P above it, so an inexplicable split could otherwise take minutes; a plan without
+    an assignment is simulated but neither bounded nor cut off)."""
     total = sum(layers)
+    trials = 0
     run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
     head_run = run_of[head_stage]
     regular = [[layers[i] for i in range(len(layers)) if run_of[i] == r and i != head_stage]
@@ -229,6 +235,9 @@ def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int
             floor = max(max(held), layers[head_stage] if r == head_run else 0)
             options.append(sorted(x for x in found if x >= floor))
         for counts in product(*options):
+            trials += 1
+            if trials > UNTRIM_TRIALS:
+                return None
             try:
                 trimmed = materialize_layers(stage_counts, list(counts), total, virtual_stages,
                                              layers[head_stage], head_stage)
