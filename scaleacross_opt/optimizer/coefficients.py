@@ -156,19 +156,20 @@ def pairings(space: DesignSpace) -> list[bool]:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace, pairs: bool) -> dict[LayerKind, float]:
+             space: DesignSpace) -> dict[bool, dict[LayerKind, float]]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
-    the least over the space's transports, under a schedule that pairs micro-batches or not."""
+    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
-    probes = [name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs][:1]
-    out = {}
+    out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
-        comm = min(sum(f + b for f, b in layer_comm(instance, _probe_plan(shape, t.config, space.tp_comm_overlap,
-                                                                          name), building, kind).values())
-                   for t in transports for name in probes)
-        out[kind] = compute.fwd_s + compute.bwd_s + comm
+        for pairs, per_kind in out.items():
+            probe = next(name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs)
+            comm = min(sum(f + b for f, b in layer_comm(
+                instance, _probe_plan(shape, t.config, space.tp_comm_overlap, probe), building, kind).values())
+                for t in transports)
+            per_kind[kind] = compute.fwd_s + compute.bwd_s + comm
     return out
 
 
@@ -199,9 +200,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         for b in buildings:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
-            for pairs in whole:
+            for pairs, per_kind in _layer_s(instance, shape, b, intra_transports, space).items():
                 key = (shape, b.name, pairs)
-                per_kind = _layer_s(instance, shape, b, intra_transports, space, pairs)
                 layer_us[key] = int(min(per_kind.values()) * 1e6)
                 if len(per_kind) > 1:
                     heavy = per_kind[LayerKind.MOE]
