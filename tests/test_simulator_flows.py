@@ -109,7 +109,9 @@ def test_dp_sync_slows_the_all_to_all_its_compute_waits_for() -> None:
     stage 0's sync, released at 4, ends at 5. Timed apart: B0 ends at 4 and stage 0's sync at 4.5."""
     workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
     x = {"X": 1.0}
-    flow = OpFlow("ep", np.full((2, 2, 1), 0.5), ((x,), (x,)), "inline")
+    seconds = np.full((3, 2, 1), 0.5)
+    seconds[2] = 0.0  # no W ops in 1F1B
+    flow = OpFlow("ep", seconds, ((x,), (x,)), "inline")
     workload = replace(workload, groups=(replace(workload.groups[0], op_flows=(flow,)),),
                        dp_sync_uses=((x,), (x,)), dp_overlap_fraction=0.9)
     result = simulate_workload(workload)
@@ -142,3 +144,42 @@ def test_cp_ring_across_nodes_is_a_flow_on_the_nics(load_shipped_instance) -> No
     assert cp.phase == "compute" and cp.demand[0][0] and all(0 < u <= 1 for u in cp.demand[0][0].values())
     assert (cp.seconds[0] <= group.fwd_s * (1 + 1e-9)).all() and (cp.seconds[1] <= group.bwd_input_s * (1 + 1e-9)).all()
     assert estimate(instance, plan).step_time_s <= simulate(instance, plan).step_time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instance, recompute: str) -> None:
+    """DualPipe hides most of an MoE layer's all-to-all behind the paired micro-batch, but not its bytes:
+    the exposed (inline) and hidden (beside the compute) EP flows of every op together carry each MoE
+    layer's dispatch + combine once per forward and once per backward (twice with full recompute) on the
+    stage's NICs; hidden flows never outlast the compute they run beside; and the closed form stays
+    below the simulator, which is above the NICs' busy time."""
+    from scaleacross_opt.cost.compute import LayerKind
+    from scaleacross_opt.cost.layout import chunk_layer_kinds
+    from scaleacross_opt.cost.step import ep_all_to_all
+    from scaleacross_opt.optimizer.neighbourhood import place
+    from scaleacross_opt.spec.plan import CrossBuilding
+
+    instance = load_shipped_instance("moe-deepseek-v3-h800")
+    plan = Plan(tp=1, cp=1, pp=16, dp=128, ep=64, virtual_stages=2, micro_batch_size=1, schedule="dualpipe",
+                zero_stage=1, recompute=recompute)
+    plan = fill_defaults(instance, place(instance, plan, CrossBuilding.DP))
+    workload = build_workload(instance, plan)
+    group = workload.groups[0]
+    flows = {flow.name: flow for flow in group.op_flows}
+    assert flows["ep-hidden"].phase == "compute" and flows["ep"].phase == "inline"
+    building = instance.cluster.buildings[0]
+    a2a_s, nic_s = ep_all_to_all(instance, plan, building)
+    passes = 3 if recompute == "full" else 2
+    moe_layers = [[kinds.count(LayerKind.MOE) for kinds in stage] for stage in chunk_layer_kinds(instance, plan)]
+    for s in range(plan.pp):
+        for c in range(plan.virtual_stages):
+            carried = sum(float(f.seconds[:, s, c].sum()) * next(iter(f.demand[s][c].values()), 0.0)
+                          for f in (flows["ep"], flows["ep-hidden"]))
+            assert carried == pytest.approx(passes * moe_layers[s][c] * nic_s, rel=1e-9)
+    hidden = flows["ep-hidden"].seconds
+    assert hidden.sum() > 0 and a2a_s > 0
+    assert (hidden[0] <= group.fwd_s * (1 + 1e-9)).all()
+    assert (hidden[1] + hidden[2] <= group.bwd_s * (1 + 1e-9) * (2 if recompute == "full" else 1)).all()
+    sim = simulate(instance, plan)
+    assert sim.step_time_s >= max(workload.resource_busy_s.values()) * (1 - 1e-9)
+    assert estimate(instance, plan).step_time_s <= sim.step_time_s * (1 + 1e-9)

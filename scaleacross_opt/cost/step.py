@@ -16,7 +16,8 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
   compute when shorter.
 - EP: all-to-all dispatch + combine of (tokens/tp)·top_k·h·2 bytes (each TP rank routes its sequence-
   parallel slice) in forward and in backward over the EP span: the node-local share on NVLink, the rest
-  on the NIC; hidden behind the paired micro-batch's compute in DualPipe-style schedules.
+  on the NIC; hidden behind the paired micro-batch's compute in DualPipe-style schedules (``ep_split``),
+  where its bytes still cross the NIC beside that compute (an ``OpFlow`` of phase ``compute``).
 - ZeRO-3: all-gather of each layer's bf16 weights in forward and again in backward per micro-batch over
   the stage's real DP span (across buildings when its replicas are), prefetched one layer ahead: each
   layer exposes max(0, gather − its compute) (``_chunk_cost``; reported as exposed DP).
@@ -151,6 +152,7 @@ class _ChunkCost:
     exposed: dict[str, float]  # per class, fwd + bwd of one micro-batch
     zero3_gather_s: float  # ZeRO-3 gathers beside one forward (and again one backward), network to itself
     ep_s: tuple[float, float]  # exposed EP all-to-all inside one forward, one backward
+    ep_hidden_s: tuple[float, float, float]  # hidden EP all-to-all beside one F, B, W compute (``ep_split``)
     ep_nic_share: float  # share of the GPU's NIC (each way) that all-to-all occupies while it runs
     cp_s: tuple[float, float]  # CP ring exchanges beside one forward, one backward, network to itself
     cp_nic_share: float  # likewise for the CP ring
@@ -188,17 +190,51 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         cp_fwd = max(0.0, (plan.cp - 1) * step - attention.fwd_s)
         cp_bwd = max(0.0, 2 * (plan.cp - 1) * step - attention.bwd_input_s)
     out["cp"] = (cp_fwd, cp_bwd)
-    ep_fwd = ep_bwd = 0.0
-    if kind is LayerKind.MOE and plan.ep > 1:
-        a2a, _ = ep_all_to_all(instance, plan, building)
-        ep_fwd = ep_bwd = a2a * (1.0 - co.EP_OVERLAP_FRACTION)
-        if get_schedule(plan.schedule).pairs_microbatches:
-            compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, plan.recompute)
-            ep_fwd, ep_bwd = max(0.0, ep_fwd - compute.bwd_s), max(0.0, ep_bwd - compute.fwd_s)
-    out["ep"] = (ep_fwd, ep_bwd)
+    out["ep"] = ep_split(instance, plan, building, kind).exposed
     if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
         out = {name: (f, b + f) for name, (f, b) in out.items()}
     return out
+
+
+@dataclass(frozen=True)
+class EpSplit:
+    """One layer's EP all-to-all for one micro-batch, split into what its ops wait for and what hides.
+
+    ``exposed``: (forward, backward) seconds inside the op durations (before full recompute's repeat);
+    ``hidden``: (F, B, W) seconds that run beside that op's compute — the same bytes on the same NIC,
+    overlapped (``OpFlow`` phase ``compute``)."""
+
+    exposed: tuple[float, float]
+    hidden: tuple[float, float, float]
+
+
+def ep_split(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> EpSplit:
+    """Exposed and hidden EP all-to-all of one layer (dispatch + combine, forward and backward).
+
+    Without a pairing schedule ``EP_OVERLAP_FRACTION`` of each all-to-all hides behind its own op's
+    compute. A schedule that pairs micro-batches (DualPipe) hides the forward's all-to-all behind the
+    paired backward's compute and the backward's behind the paired forward's: exposed max(0, a2a − that
+    compute). The hidden bytes still cross the NIC: the backward's hidden part is placed beside this
+    micro-batch's forward compute (≤ it), the forward's beside its backward (input grad first, then the
+    weight grad when the schedule splits them) — the same seconds per step on the same resource, which
+    is what the NIC sharing sees. Full recompute re-runs the forward's all-to-all inside the backward.
+    """
+    if kind is not LayerKind.MOE or plan.ep <= 1:
+        return EpSplit((0.0, 0.0), (0.0, 0.0, 0.0))
+    model, job = instance.job.model_spec, instance.job
+    a2a, _ = ep_all_to_all(instance, plan, building)
+    schedule = get_schedule(plan.schedule)
+    compute = layer_times(model, kind, Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep),
+                          building.gpu_spec, job.precision, plan.recompute)
+    exposed = a2a * (1.0 - co.EP_OVERLAP_FRACTION)
+    if schedule.pairs_microbatches:
+        fwd, bwd = max(0.0, exposed - compute.bwd_s), max(0.0, exposed - compute.fwd_s)
+    else:
+        fwd = bwd = exposed
+    repeats = 2 if plan.recompute is Recompute.FULL else 1
+    behind_backward = repeats * (a2a - fwd)
+    on_b = min(behind_backward, compute.bwd_input_s) if schedule.splits_backward else behind_backward
+    return EpSplit((fwd, bwd), (a2a - bwd, on_b, behind_backward - on_b))
 
 
 def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
@@ -335,6 +371,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     exposed = dict.fromkeys(COMM_CLASSES, 0.0)
     gathers = 0.0
     ep_fwd = ep_bwd = ep_share = 0.0
+    ep_hidden = (0.0, 0.0, 0.0)
     cp_fwd = cp_bwd = cp_share = 0.0
     if plan.cp > 1:
         step, nic = cp_ring_step(instance, plan, building)
@@ -364,6 +401,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         for name, (f, b) in comm.items():
             exposed[name] += count * (f + b)
         ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
+        ep_hidden = tuple(h + count * x for h, x in zip(ep_hidden, ep_split(instance, plan, building, kind).hidden,
+                                                        strict=True))
         if plan.cp > 1:  # cp − 1 steps forward, 2(cp − 1) backward, and the forward's again under full recompute
             passes = 3 if plan.recompute is Recompute.FULL else 2
             cp_fwd += count * (plan.cp - 1) * step
@@ -376,7 +415,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_share, (cp_fwd, cp_bwd), cp_share)
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_hidden, ep_share, (cp_fwd, cp_bwd), cp_share)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -589,8 +628,8 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                     for p in stage_params(layout, s)] for s in range(pp)]
     for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
         fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
-        flows = {kind: (np.zeros((2, pp, v)), [[{} for _ in range(v)] for _ in range(pp)])
-                 for kind in ("zero3", "cp", "ep")}
+        flows = {kind: (np.zeros((3, pp, v)), [[{} for _ in range(v)] for _ in range(pp)])
+                 for kind in ("zero3", "cp", "ep", "ep-hidden")}
         for s in range(pp):
             building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
@@ -603,20 +642,21 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                     cost.times.fwd_s, cost.times.bwd_input_s, cost.times.bwd_weight_s,
                 )
                 if cost.zero3_gather_s > 0:
-                    flows["zero3"][0][:, s, c] = cost.zero3_gather_s
+                    flows["zero3"][0][:2, s, c] = cost.zero3_gather_s
                     uses = _group_share(gather_uses[s][c], name, replicas / plan.dp)
                     flows["zero3"][1][s][c] = {r: seconds / cost.zero3_gather_s for r, seconds in uses.items()}
                 for kind, seconds, share in (("cp", cost.cp_s, cost.cp_nic_share),
-                                             ("ep", cost.ep_s, cost.ep_nic_share)):
+                                             ("ep", cost.ep_s, cost.ep_nic_share),
+                                             ("ep-hidden", cost.ep_hidden_s, cost.ep_nic_share)):
                     if share > 0:
-                        flows[kind][0][:, s, c] = seconds
+                        flows[kind][0][:len(seconds), s, c] = seconds
                         flows[kind][1][s][c] = dict.fromkeys(nic_names(name, s), share)
                 for comm_class in COMM_CLASSES:
                     stage_exposed[comm_class] += m * cost.exposed[comm_class]
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
-        phases = {"zero3": "op", "cp": "compute", "ep": "inline"}
+        phases = {"zero3": "op", "cp": "compute", "ep": "inline", "ep-hidden": "compute"}
         op_flows = tuple(OpFlow(kind, seconds, tuple(map(tuple, demand)), phases[kind])
                          for kind, (seconds, demand) in flows.items() if seconds.any())
         groups.append(PipelineGroup(
@@ -711,29 +751,30 @@ def _group_time(workload: StepWorkload, group: PipelineGroup) -> tuple[float, di
 def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     """Every directed path between buildings serves all its transfers one after another, and every shared
     resource they cross (a link of a multi-hop route, a NIC) carries all of theirs: T ≥ (earliest any of
-    them can be sent) + m·Σ their seconds there + α + (least work left after any of them).
+    them can be sent) + m·Σ their seconds there + α + (least left after any of them arrives).
 
-    With F(k), B(k) per micro-batch at model position k and a boundary k → k+1: a forward transfer there is
-    sent ≥ Σ_{≤k} F and leaves Σ_{>k} F + Σ B behind it; a backward one is sent ≥ Σ F + Σ_{>k} B and
-    leaves Σ_{≤k} B (B: input gradient when the schedule splits the backward)."""
+    A transfer at step q of a micro-batch's way (``_Path``: forward through the model positions, then
+    backward) is sent no earlier than every op and hop before it on that way, each at its time alone
+    (cum[q] + work[q]: sharing only slows them), and its arrival leaves the rest of the way behind it
+    (total − cum[q+1]). The hops count: on a chain of slow links a boundary's first transfer waits for the
+    transfers upstream of it, and its last one leaves the downstream hops to go."""
     m, size = workload.num_microbatches, workload.p2p_bytes
-    at = _positions(workload, group)
-    f_upto, b_upto = np.cumsum(at.fwd_s), np.cumsum(at.bwd_s)
-    # path or resource → (earliest send, work left, seconds of it, latency) per transfer of one micro-batch
+    path = _path(workload, group)
+    n, total = len(path.stage) // 2, path.cum[-1]
+    where = _positions(workload, group).buildings
+    # path or resource → (earliest send, left after arrival, seconds of it, latency) per transfer of one micro-batch
     uses: dict[object, list[tuple[float, float, float, float]]] = {}
-    for k in range(len(at.chunks) - 1):
-        src, dst = at.buildings[k], at.buildings[k + 1]
+    for k in range(n - 1):
+        src, dst = where[k], where[k + 1]
         if src == dst:
             continue
-        a, b = at.chunks[k][0], at.chunks[k + 1][0]
-        for (x, y), pair, earliest, left in (
-            ((src, dst), (a, b), f_upto[k], f_upto[-1] - f_upto[k] + b_upto[-1]),
-            ((dst, src), (b, a), f_upto[-1] + b_upto[-1] - b_upto[k], b_upto[k]),
-        ):
+        a, b = path.stage[k], path.stage[k + 1]
+        for (x, y), pair, q in (((src, dst), (a, b), k), ((dst, src), (b, a), 2 * n - 2 - k)):
             link = workload.link(x, y)
-            uses.setdefault((x, y), []).append((earliest, left, size / link.bandwidth_bytes_per_s, link.latency_s))
+            item = (path.cum[q] + path.work[q], total - path.cum[q + 1])
+            uses.setdefault((x, y), []).append((*item, size / link.bandwidth_bytes_per_s, link.latency_s))
             for resource, seconds in group.transfer_uses.get(pair, {}).items():
-                uses.setdefault(resource, []).append((earliest, left, seconds, link.latency_s))
+                uses.setdefault(resource, []).append((*item, seconds, link.latency_s))
     return max((min(e for e, *_ in items) + m * sum(x for *_, x, _ in items) + min(lat for *_, lat in items)
                 + min(w for _, w, *_ in items) for items in uses.values()), default=0.0)
 

@@ -42,12 +42,13 @@ class LinkShare:
 class OpFlow:
     """One traffic class's scale-out communication inside every F and B op of a pipeline group.
 
-    ``seconds[0 | 1, s, c]``: per forward | backward of (stage s, chunk c), with the network to itself;
-    ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
+    ``seconds[k, s, c]``: per op of kind k (``OpKind``: F, B, W) of (stage s, chunk c), with the network
+    to itself; ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
     ``phase``: when it runs — ``inline``: first, the op's compute waits for it (the exposed EP all-to-all,
     part of the op's duration); ``op``: beside the whole op from its start (ZeRO-3 gathers, prefetched;
     never longer than the op); ``compute``: beside the compute that follows the inline flows (the CP
-    ring's K/V exchange, never longer than that compute). The op ends when all are done.
+    ring's K/V exchange; the EP all-to-all hidden behind a paired micro-batch; never longer than that
+    compute at full speed). The op ends when all are done.
     """
 
     name: str

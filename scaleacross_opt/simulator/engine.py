@@ -17,8 +17,9 @@ later.
 **Shared resources.** Every traffic class is a flow on the resources it crosses (``simulator.flows``): a
 GPU's NIC each way and each cross-building link each way, with capacity 1 and the resource-seconds the
 workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), the traffic inside each
-forward and backward (``op_flows``: ZeRO-3 parameter gathers and the CP ring beside the compute, the op
-ending when all are done; the exposed EP all-to-all before the rest of the op), DP gradient syncs and
+forward and backward (``op_flows``: ZeRO-3 parameter gathers, the CP ring and the EP all-to-all hidden
+behind a paired micro-batch beside the compute, the op ending when all are done; the exposed EP
+all-to-all before the rest of the op), DP gradient syncs and
 ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
 Concurrent flows share each resource max-min fairly, so a sync overlapping the backward slows the gradient
 transfers on the same NIC or link, and every stage's ZeRO-3 gathers split the link they cross.
@@ -553,9 +554,8 @@ _COMPUTED, _ARRIVED, _RELEASED = 0, 1, 2  # timed events of the joint timeline
 
 
 def _op_flow_seconds(graph: OpGraph, flow: OpFlow) -> np.ndarray:
-    """(n,) seconds alone of ``flow`` inside each op of ``graph`` (its forward row for F, backward for B)."""
-    row = np.where(graph.kind == OpKind.F, 0, 1)
-    return np.where(graph.kind == OpKind.W, 0.0, flow.seconds[row, graph.stage, graph.chunk])
+    """(n,) seconds alone of ``flow`` inside each op of ``graph`` (the row of the op's kind)."""
+    return flow.seconds[graph.kind, graph.stage, graph.chunk]
 
 
 def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
