@@ -151,8 +151,8 @@ def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instan
     """DualPipe hides most of an MoE layer's all-to-all behind the paired micro-batch, but not its bytes:
     the exposed (inline) and hidden (beside the compute) EP flows of every op together carry each MoE
     layer's dispatch + combine once per forward and once per backward (twice with full recompute) on the
-    stage's NICs; hidden flows never outlast the compute they run beside; and the closed form stays
-    below the simulator, which is above the NICs' busy time."""
+    stage's NICs; a hidden flow never outlasts the compute of the op it runs in (F, B and W alike); and
+    the closed form stays below the simulator."""
     from scaleacross_opt.cost.compute import LayerKind
     from scaleacross_opt.cost.layout import chunk_layer_kinds
     from scaleacross_opt.cost.step import ep_all_to_all
@@ -167,8 +167,7 @@ def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instan
     group = workload.groups[0]
     flows = {flow.name: flow for flow in group.op_flows}
     assert flows["ep-hidden"].phase == "compute" and flows["ep"].phase == "inline"
-    building = instance.cluster.buildings[0]
-    a2a_s, nic_s = ep_all_to_all(instance, plan, building)
+    _, nic_s = ep_all_to_all(instance, plan, instance.cluster.buildings[0])
     passes = 3 if recompute == "full" else 2
     moe_layers = [[kinds.count(LayerKind.MOE) for kinds in stage] for stage in chunk_layer_kinds(instance, plan)]
     for s in range(plan.pp):
@@ -176,10 +175,8 @@ def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instan
             carried = sum(float(f.seconds[:, s, c].sum()) * next(iter(f.demand[s][c].values()), 0.0)
                           for f in (flows["ep"], flows["ep-hidden"]))
             assert carried == pytest.approx(passes * moe_layers[s][c] * nic_s, rel=1e-9)
-    hidden = flows["ep-hidden"].seconds
-    assert hidden.sum() > 0 and a2a_s > 0
-    assert (hidden[0] <= group.fwd_s * (1 + 1e-9)).all()
-    assert (hidden[1] + hidden[2] <= group.bwd_s * (1 + 1e-9) * (2 if recompute == "full" else 1)).all()
-    sim = simulate(instance, plan)
-    assert sim.step_time_s >= max(workload.resource_busy_s.values()) * (1 - 1e-9)
-    assert estimate(instance, plan).step_time_s <= sim.step_time_s * (1 + 1e-9)
+    hidden, inline = flows["ep-hidden"].seconds, flows["ep"].seconds
+    assert hidden[0].sum() > 0 and hidden[1].sum() > 0
+    for row, duration in enumerate((group.fwd_s, group.bwd_input_s, group.bwd_weight_s)):
+        assert (hidden[row] <= (duration - inline[row]) * (1 + 1e-9)).all(), row
+    assert estimate(instance, plan).step_time_s <= simulate(instance, plan).step_time_s * (1 + 1e-9)

@@ -190,9 +190,9 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         cp_fwd = max(0.0, (plan.cp - 1) * step - attention.fwd_s)
         cp_bwd = max(0.0, 2 * (plan.cp - 1) * step - attention.bwd_input_s)
     out["cp"] = (cp_fwd, cp_bwd)
-    out["ep"] = ep_split(instance, plan, building, kind).exposed
     if plan.recompute is Recompute.FULL:  # the recomputed forward repeats its collectives in the backward
         out = {name: (f, b + f) for name, (f, b) in out.items()}
+    out["ep"] = ep_split(instance, plan, building, kind).exposed  # full recompute's repeat included
     return out
 
 
@@ -200,24 +200,24 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
 class EpSplit:
     """One layer's EP all-to-all for one micro-batch, split into what its ops wait for and what hides.
 
-    ``exposed``: (forward, backward) seconds inside the op durations (before full recompute's repeat);
-    ``hidden``: (F, B, W) seconds that run beside that op's compute — the same bytes on the same NIC,
-    overlapped (``OpFlow`` phase ``compute``)."""
+    ``exposed``: (forward, backward) seconds inside the op durations (full recompute's repeat included);
+    ``hidden``: (F, B, W) seconds that run beside that op's compute, never longer than it — the same
+    bytes on the same NIC, overlapped (``OpFlow`` phase ``compute``)."""
 
     exposed: tuple[float, float]
     hidden: tuple[float, float, float]
 
 
 def ep_split(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> EpSplit:
-    """Exposed and hidden EP all-to-all of one layer (dispatch + combine, forward and backward).
+    """Exposed and hidden EP all-to-all of one layer (dispatch + combine): a = one pass's, once in the
+    forward and r·a in the backward (r = 2 under full recompute, which re-runs the forward's).
 
-    Without a pairing schedule ``EP_OVERLAP_FRACTION`` of each all-to-all hides behind its own op's
-    compute. A schedule that pairs micro-batches (DualPipe) hides the forward's all-to-all behind the
-    paired backward's compute and the backward's behind the paired forward's: exposed max(0, a2a − that
-    compute). The hidden bytes still cross the NIC: the backward's hidden part is placed beside this
-    micro-batch's forward compute (≤ it), the forward's beside its backward (input grad first, then the
-    weight grad when the schedule splits them) — the same seconds per step on the same resource, which
-    is what the NIC sharing sees. Full recompute re-runs the forward's all-to-all inside the backward.
+    A schedule that pairs micro-batches (DualPipe) hides the forward's all-to-all behind the paired
+    backward's compute C_b and the backward's behind the paired forward's C_f: exposed max(0, a − C_b)
+    and max(0, r·a − C_f). Otherwise ``EP_OVERLAP_FRACTION`` of each hides behind its own op's compute.
+    The hidden bytes still cross the NIC; each hidden part is placed beside a compute of this micro-batch
+    of the same length as the one hiding it (the forward's, or the backward's: input grad first, then the
+    weight grad when the schedule splits them), so the NIC carries the same seconds per step.
     """
     if kind is not LayerKind.MOE or plan.ep <= 1:
         return EpSplit((0.0, 0.0), (0.0, 0.0, 0.0))
@@ -226,15 +226,17 @@ def ep_split(instance: Instance, plan: Plan, building: Building, kind: LayerKind
     schedule = get_schedule(plan.schedule)
     compute = layer_times(model, kind, Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep),
                           building.gpu_spec, job.precision, plan.recompute)
-    exposed = a2a * (1.0 - co.EP_OVERLAP_FRACTION)
+    backward = (2 if plan.recompute is Recompute.FULL else 1) * a2a
     if schedule.pairs_microbatches:
-        fwd, bwd = max(0.0, exposed - compute.bwd_s), max(0.0, exposed - compute.fwd_s)
+        on_f, behind_backward = min(backward, compute.fwd_s), min(a2a, compute.bwd_s)
     else:
-        fwd = bwd = exposed
-    repeats = 2 if plan.recompute is Recompute.FULL else 1
-    behind_backward = repeats * (a2a - fwd)
+        on_f = min(co.EP_OVERLAP_FRACTION * a2a, compute.fwd_s)
+        behind_backward = min(co.EP_OVERLAP_FRACTION * backward, compute.bwd_s)
     on_b = min(behind_backward, compute.bwd_input_s) if schedule.splits_backward else behind_backward
-    return EpSplit((fwd, bwd), (a2a - bwd, on_b, behind_backward - on_b))
+    on_w = behind_backward - on_b
+    if schedule.pairs_microbatches:  # the forward's all-to-all hides behind the backward, and vice versa
+        return EpSplit((a2a - behind_backward, backward - on_f), (on_f, on_b, on_w))
+    return EpSplit((a2a - on_f, backward - behind_backward), (on_f, on_b, on_w))
 
 
 def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
@@ -761,7 +763,7 @@ def _link_bound_s(workload: StepWorkload, group: PipelineGroup) -> float:
     m, size = workload.num_microbatches, workload.p2p_bytes
     path = _path(workload, group)
     n, total = len(path.stage) // 2, path.cum[-1]
-    where = _positions(workload, group).buildings
+    where = [group.stage_building[s] for s in path.stage[:n]]
     # path or resource → (earliest send, left after arrival, seconds of it, latency) per transfer of one micro-batch
     uses: dict[object, list[tuple[float, float, float, float]]] = {}
     for k in range(n - 1):

@@ -40,7 +40,7 @@ class LinkShare:
 
 @dataclass(frozen=True)
 class OpFlow:
-    """One traffic class's scale-out communication inside every F and B op of a pipeline group.
+    """One traffic class's scale-out communication inside every F, B and W op of a pipeline group.
 
     ``seconds[k, s, c]``: per op of kind k (``OpKind``: F, B, W) of (stage s, chunk c), with the network
     to itself; ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);

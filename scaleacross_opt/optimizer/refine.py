@@ -67,7 +67,8 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
     # OR-Tools 9.15's presolve inclusion detection is unsound on this model: on moe-deepseek-v3-h800 it proved
     # "no solution below 14.71 s" (and the model infeasible with step ≤ 10.83 s) while a plan's assignment with
     # objective 10.83 s satisfies every constraint (found with presolve off; feasible when fixed, presolve on).
-    # Off, the optimum is 10.83 s, no slower (7.0 s vs 8.4 s to optimality on one worker); tests/test_cpsat_soundness.py.
+    # Off, the optimum is 10.83 s, no slower (7.0 s vs 8.4 s to optimality on one worker); see
+    # tests/test_cpsat_soundness.py.
     solver.parameters.presolve_inclusion_work_limit = 0
     return solver
 

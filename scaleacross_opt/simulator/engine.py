@@ -598,13 +598,14 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
     """Every group's pipeline and the DP syncs in one event loop, all traffic sharing the resources.
 
     An op starts when its stream is free and its input arrived; its compute takes its duration, and its
-    scale-out communication (``PipelineGroup.op_flows``: ZeRO-3 gathers, the CP ring) runs beside it as
-    flows: the op ends when all are done. Communication the compute waits for (an inline ``OpFlow``: the
-    exposed EP all-to-all) is a flow first, then the rest of the op's duration runs with the flows beside
-    it (in a layer the all-to-all and the attention's ring exchange are separate phases). A transfer waits first come,
-    first served on its path (one NCCL communicator per peer, as in ``_event_loop``), then is a flow; it
-    arrives one latency after its last byte left. A chunk's DP sync is released ``1 − dp_overlap_fraction``
-    into its last backward op in every group and runs on its stage's DP stream as a flow. Flows share every
+    scale-out communication (``PipelineGroup.op_flows``: ZeRO-3 gathers, the CP ring, the EP all-to-all a
+    paired micro-batch hides) runs beside it as flows: the op ends when all are done. Communication the
+    compute waits for (an inline ``OpFlow``: the exposed EP all-to-all) is a flow first, then the rest of
+    the op's duration runs with the flows beside it (in a layer the all-to-all and the attention's ring
+    exchange are separate phases). A transfer waits first come, first served on its path (one NCCL
+    communicator per peer, as in ``_event_loop``), then is a flow; it arrives one latency after its last
+    byte left. A chunk's DP sync is released ``1 − dp_overlap_fraction`` into its last backward op in
+    every group and runs on its stage's DP stream as a flow. Flows share every
     resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, CP rings,
     ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
     Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
@@ -676,8 +677,8 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
     def start_op(g: int, i: int, t: float) -> None:
         """Op i starts: its inline flows (the exposed all-to-all its compute waits for) and the flows beside
         the whole op (ZeRO-3 prefetch); once the inline ones are done, its compute with the flows beside the
-        compute (the CP ring: in a layer the all-to-all and the ring exchange are separate phases). The op
-        ends when all are done."""
+        compute (the CP ring: in a layer the all-to-all and the ring exchange are separate phases; the
+        all-to-all a paired micro-batch hides). The op ends when all are done."""
         st = state[g]
         st["start"][i] = t
         st["parts"][i] = 1  # the compute
