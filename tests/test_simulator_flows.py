@@ -167,7 +167,7 @@ def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instan
     group = workload.groups[0]
     flows = {flow.name: flow for flow in group.op_flows}
     assert flows["ep-hidden"].phase == "compute" and flows["ep"].phase == "inline"
-    _, nic_s = ep_all_to_all(instance, plan, instance.cluster.buildings[0])
+    nic_s = ep_all_to_all(instance, plan, instance.cluster.buildings[0]).nic_s
     passes = 3 if recompute == "full" else 2
     moe_layers = [[kinds.count(LayerKind.MOE) for kinds in stage] for stage in chunk_layer_kinds(instance, plan)]
     for s in range(plan.pp):
@@ -180,3 +180,36 @@ def test_all_to_all_hidden_by_dualpipe_still_crosses_the_nic(load_shipped_instan
     for row, duration in enumerate((group.fwd_s, group.bwd_input_s, group.bwd_weight_s)):
         assert (hidden[row] <= (duration - inline[row]) * (1 + 1e-9)).all(), row
     assert estimate(instance, plan).step_time_s <= simulate(instance, plan).step_time_s * (1 + 1e-9)
+
+
+def test_nvlink_carries_tp_and_bounds_the_step(load_shipped_instance) -> None:
+    """Each GPU's NVLink is a resource: with TP 8 inside a node and one DP rank per node (the DP ring never
+    stays on NVLink), its seconds per step are TP's alone — 4 ring collectives of the tokens·h·2-byte
+    activation per layer and pass, (t−1)/t of it sent by every rank, forward and backward, m micro-batches —
+    at NVLink × protocol efficiency. With an NVLink 500× slower than an H100's the step is NVLink-bound:
+    estimate and simulation are at least that busy time, and the breakdown charges the excess to TP."""
+    from scaleacross_opt.catalog import coefficients as co
+    from scaleacross_opt.spec import Instance
+
+    base = load_shipped_instance("single-building-llama3-70b")
+    plan = Plan(tp=8, cp=1, pp=1, dp=256, micro_batch_size=1, schedule="1f1b", zero_stage=1, recompute="none")
+    data = base.model_dump(mode="json", exclude_none=True)
+    for slow in (False, True):
+        gpu = base.cluster.buildings[0].gpu_spec.model_dump(mode="json")
+        if slow:
+            gpu.update(name="H100-slow-nvlink", nvlink_bandwidth_gb_per_s=0.9)
+        data["cluster"]["buildings"][0]["gpu"] = gpu
+        instance = Instance.model_validate(data)
+        filled = fill_defaults(instance, plan)
+        workload = build_workload(instance, filled)
+        model, job = instance.job.model_spec, instance.job
+        m = job.global_batch_size // plan.dp
+        act = job.seq_len * model.hidden_size * 2
+        expected = m * model.layers * 2 * 4 * 7 / 8 * act / (gpu["nvlink_bandwidth_gb_per_s"] * 1e9
+                                                             * co.NVLINK_PROTOCOL_EFFICIENCY)
+        nvlink = {k: v for k, v in workload.resource_busy_s.items() if k.startswith("NVLink ")}
+        assert len(nvlink) == 2 and list(nvlink.values()) == pytest.approx([expected, expected], rel=1e-9)
+    assert workload.busiest_resource[0].startswith("NVLink ")
+    sim, est = simulate(instance, filled), estimate(instance, filled)
+    assert est.step_time_s >= expected * (1 - 1e-9) and sim.step_time_s >= expected * (1 - 1e-9)
+    assert sim.breakdown["exposed_tp_s"] >= expected - sim.details["pipeline_makespan_s"] - 1e-6

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -156,6 +157,7 @@ class _ChunkCost:
     ep_nic_share: float  # share of the GPU's NIC (each way) that all-to-all occupies while it runs
     cp_s: tuple[float, float]  # CP ring exchanges beside one forward, one backward, network to itself
     cp_nic_share: float  # likewise for the CP ring
+    nvlink_s: tuple[float, float]  # one GPU's NVLink seconds (each way) in one forward, one backward
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
@@ -185,7 +187,7 @@ def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKi
         out["tp"] = (tp_fwd, tp_fwd)
     cp_fwd = cp_bwd = 0.0
     if plan.cp > 1:
-        step, _ = cp_ring_step(instance, plan, building)
+        step = cp_ring_step(instance, plan, building).seconds
         attention = attention_times(model, shard, building.gpu_spec)
         cp_fwd = max(0.0, (plan.cp - 1) * step - attention.fwd_s)
         cp_bwd = max(0.0, 2 * (plan.cp - 1) * step - attention.bwd_input_s)
@@ -222,7 +224,7 @@ def ep_split(instance: Instance, plan: Plan, building: Building, kind: LayerKind
     if kind is not LayerKind.MOE or plan.ep <= 1:
         return EpSplit((0.0, 0.0), (0.0, 0.0, 0.0))
     model, job = instance.job.model_spec, instance.job
-    a2a, _ = ep_all_to_all(instance, plan, building)
+    a2a = ep_all_to_all(instance, plan, building).seconds
     schedule = get_schedule(plan.schedule)
     compute = layer_times(model, kind, Shard(job.seq_len, plan.micro_batch_size, plan.tp, plan.cp, plan.ep),
                           building.gpu_spec, job.precision, plan.recompute)
@@ -239,11 +241,27 @@ def ep_split(instance: Instance, plan: Plan, building: Building, kind: LayerKind
     return EpSplit((a2a - on_f, backward - behind_backward), (on_f, on_b, on_w))
 
 
-def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
+class Exchange(NamedTuple):
+    """One exchange of a GPU: seconds with the network to itself, and the seconds of its NIC and of its
+    NVLink (each way) that the exchange's bytes need."""
+
+    seconds: float
+    nic_s: float
+    nvlink_s: float
+
+
+def nvlink_ring_share(span: GroupSpan) -> float:
+    """Share of a ring member's sends that stay on NVLink: all inside one domain; across domains the ring
+    enters and leaves each domain once, so (p − 1)/p of its hops (p members per domain) are NVLink hops."""
+    if span.per_domain <= 1:
+        return 0.0
+    return (span.per_domain - 1) / span.per_domain if span.crosses_domains else 1.0
+
+
+def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> Exchange:
     """One step of the CP ring (ring attention; cp − 1 of them per forward, twice that per backward) on a GPU
-    of ``building``: (seconds with the network to itself, seconds of its NIC each way). Each rank passes
-    its shard's bf16 K and V (2·tokens·kv·2/tp bytes) on at the group's slowest level; when the group spans
-    NVLink domains they cross the NIC."""
+    of ``building``. Each rank passes its shard's bf16 K and V (2·tokens·kv·2/tp bytes) on at the group's
+    slowest level; when the group spans NVLink domains they cross the NIC, its hops inside a domain NVLink."""
     model, job = instance.job.model_spec, instance.job
     assert plan.network is not None
     intra = plan.network.intra_building
@@ -256,14 +274,14 @@ def cp_ring_step(instance: Instance, plan: Plan, building: Building) -> tuple[fl
                      for i, lv in enumerate(levels) if lv.ranks > 1)
     step = kv_bytes / bottleneck + max(lv.latency_s for lv in levels if lv.ranks > 1)
     nic = kv_bytes / fabric_path(building, intra).bandwidth_bytes_per_s if span.crosses_domains else 0.0
-    return step, nic
+    return Exchange(step, nic, kv_bytes * nvlink_ring_share(span) / nvlink_path(building).bandwidth_bytes_per_s)
 
 
-def ep_all_to_all(instance: Instance, plan: Plan, building: Building) -> tuple[float, float]:
-    """One MoE layer's EP dispatch + combine for one micro-batch on a GPU of ``building``: (seconds with the
-    network to itself, seconds of its NIC each way). Each TP rank routes its sequence-parallel slice,
-    (tokens/tp)·top_k·h·2 bytes; the share for peers outside its NVLink domain, (ep − per domain)/ep,
-    leaves through its NIC (``cost.collectives`` all-to-all)."""
+def ep_all_to_all(instance: Instance, plan: Plan, building: Building) -> Exchange:
+    """One MoE layer's EP dispatch + combine for one micro-batch on a GPU of ``building``. Each TP rank routes
+    its sequence-parallel slice, (tokens/tp)·top_k·h·2 bytes; the share for peers outside its NVLink domain,
+    (ep − per domain)/ep, leaves through its NIC (``cost.collectives`` all-to-all), the share for its
+    (per domain − 1) domain peers over NVLink."""
     model, job = instance.job.model_spec, instance.job
     assert model.moe is not None and plan.network is not None
     span = local_span(plan.ep, plan.tp, building)
@@ -272,7 +290,9 @@ def ep_all_to_all(instance: Instance, plan: Plan, building: Building) -> tuple[f
     levels = _local_levels(building, span, plan.network.intra_building)
     a2a = 2 * span_collective_s(Collective.ALL_TO_ALL, CollectiveAlgorithm.RING, levels, routed)
     outside = 2 * routed * (plan.ep - span.per_domain) / plan.ep if span.crosses_domains else 0.0
-    return a2a, outside / fabric_path(building, plan.network.intra_building).bandwidth_bytes_per_s
+    inside = 2 * routed * (span.per_domain - 1) / plan.ep
+    return Exchange(a2a, outside / fabric_path(building, plan.network.intra_building).bandwidth_bytes_per_s,
+                    inside / nvlink_path(building).bandwidth_bytes_per_s)
 
 
 def tp_exposed_s(
@@ -354,6 +374,18 @@ def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> flo
             + span_collective_s(ag, dp.algorithm, dp.expert, params.expert * co.WEIGHT_BYTES))
 
 
+def _ring_nvlink_s(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_param: float,
+                   building: Building) -> float:
+    """NVLink seconds (each way) of one GPU of ``stage`` in ``building`` for one ring pass (a reduce-scatter or an
+    all-gather) of ``params`` over the stage's DP groups: its (n−1)/n share of the buffer, the part of its ring
+    hops inside its NVLink domain (``nvlink_ring_share``); dense weights over dp·cp ranks, experts over dp·cp/ep."""
+    out = 0.0
+    for span, count in ((layout.dp_span(stage), params.dense), (layout.expert_dp_span(stage), params.expert)):
+        if span.size > 1 and count > 0:
+            out += count * bytes_per_param * (span.size - 1) / span.size * nvlink_ring_share(span)
+    return out / nvlink_path(building).bandwidth_bytes_per_s
+
+
 def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building) -> _ChunkCost:
     """Op times of (stage, chunk) for one micro-batch on a GPU of ``building``, communication included.
 
@@ -375,12 +407,16 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     ep_fwd = ep_bwd = ep_share = 0.0
     ep_hidden = (0.0, 0.0, 0.0)
     cp_fwd = cp_bwd = cp_share = 0.0
+    passes = 2 if plan.recompute is Recompute.FULL else 1  # of the forward's collectives in the backward
+    nvlink = [0.0, 0.0]  # NVLink seconds (each way) of one forward, one backward: TP, CP, EP, ZeRO-3 gathers
+    nvlink_bw = nvlink_path(building).bandwidth_bytes_per_s
+    tp_nvlink = 4 * (plan.tp - 1) / plan.tp * shard.tokens * model.hidden_size * 2 / nvlink_bw
     if plan.cp > 1:
-        step, nic = cp_ring_step(instance, plan, building)
-        cp_share = nic / step
+        ring = cp_ring_step(instance, plan, building)
+        step, cp_share = ring.seconds, ring.nic_s / ring.seconds
     if plan.ep > 1 and LayerKind.MOE in kinds:  # the NIC share of the MoE layers' all-to-all
-        a2a, nic = ep_all_to_all(instance, plan, building)
-        ep_share = nic / a2a if a2a > 0 else 0.0
+        a2a = ep_all_to_all(instance, plan, building)
+        ep_share = a2a.nic_s / a2a.seconds if a2a.seconds > 0 else 0.0
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
         nonlocal total, gathers
@@ -390,6 +426,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
             exposed["dp"] += count * (fwd + bwd)
             gathers += count * gather
             times = times + OpTimes(fwd, bwd, 0.0)
+            on_nvlink = count * _ring_nvlink_s(layout, stage, params, co.WEIGHT_BYTES, building)
+            nvlink[0], nvlink[1] = nvlink[0] + on_nvlink, nvlink[1] + on_nvlink
         total = total + times.scaled(count)
 
     for kind in set(kinds):
@@ -405,10 +443,14 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
         ep_hidden = tuple(h + count * x for h, x in zip(ep_hidden, ep_split(instance, plan, building, kind).hidden,
                                                         strict=True))
+        per_pass = tp_nvlink + (a2a.nvlink_s if kind is LayerKind.MOE and plan.ep > 1 else 0.0)
         if plan.cp > 1:  # cp − 1 steps forward, 2(cp − 1) backward, and the forward's again under full recompute
-            passes = 3 if plan.recompute is Recompute.FULL else 2
             cp_fwd += count * (plan.cp - 1) * step
-            cp_bwd += count * passes * (plan.cp - 1) * step
+            cp_bwd += count * (passes + 1) * (plan.cp - 1) * step
+            per_pass += (plan.cp - 1) * ring.nvlink_s
+            nvlink[1] += count * (plan.cp - 1) * ring.nvlink_s  # the K/V gradients' second exchange
+        nvlink[0] += count * per_pass
+        nvlink[1] += count * passes * per_pass
     heads = OpTimes(0.0, 0.0, 0.0)
     if (stage, chunk) == layout.order[0]:
         heads = heads + embedding_times(model, shard, gpu)
@@ -417,7 +459,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_hidden, ep_share, (cp_fwd, cp_bwd), cp_share)
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_hidden, ep_share, (cp_fwd, cp_bwd), cp_share,
+                      (nvlink[0], nvlink[1]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -460,6 +503,11 @@ def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
 def nic_names(group: str, stage: int) -> tuple[str, str]:
     """Names of the send and receive sides of the NIC of one GPU of ``stage`` in pipeline group ``group``."""
     return f"NIC {group} stage {stage} tx", f"NIC {group} stage {stage} rx"
+
+
+def nvlink_names(group: str, stage: int) -> tuple[str, str]:
+    """Names of the send and receive sides of the NVLink of one GPU of ``stage`` in pipeline group ``group``."""
+    return f"NVLink {group} stage {stage} tx", f"NVLink {group} stage {stage} rx"
 
 
 def _fabric_goodput(layout: ResolvedPlan, building: str) -> float:
@@ -524,14 +572,16 @@ def _ring_volume(algorithm: CollectiveAlgorithm, n: int, parts: int) -> float:
 
 
 def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: list[list[dict[str, float]]],
-                  gather_uses: list[list[dict[str, float]]]) -> dict[str, float]:
-    """Seconds each shared resource (a cross-building link each way, a GPU's NIC each way) needs per step:
-    the resource-seconds of every flow that crosses it — each group's pipeline transfers (m per boundary
-    and direction), its ZeRO-3 gathers (beside m forwards and m backwards of every chunk), every chunk's
-    gradient sync and ZeRO-1/2 gather. A step cannot be shorter than any of them, however the classes
-    interleave in time; in periodic steady state a step's traffic fits in one step."""
+                  gather_uses: list[list[dict[str, float]]], nvlink_busy: dict[str, float]) -> dict[str, float]:
+    """Seconds each shared resource (a cross-building link each way, a GPU's NIC and NVLink each way) needs per
+    step: the resource-seconds of every flow that crosses it — each group's pipeline transfers (m per boundary
+    and direction), the traffic inside its ops (m forwards and m backwards of every chunk), every chunk's
+    gradient sync and ZeRO-1/2 gather — and each GPU's NVLink seconds (``nvlink_busy``: TP, the CP, EP and DP
+    hops inside its domain; a bound only, NVLink is not a flow resource of the simulator). A step cannot be
+    shorter than any of them, however the classes interleave in time; in periodic steady state a step's
+    traffic fits in one step."""
     m = layout.num_microbatches
-    busy: dict[str, float] = {}
+    busy = {key: seconds for key, seconds in nvlink_busy.items() if seconds > 0}
 
     def add(uses: dict[str, float], times: float) -> None:
         for key, seconds in uses.items():
@@ -628,6 +678,10 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
     cache: dict[tuple[int, int, str], _ChunkCost] = {}
     gather_uses = [[dp_uses(layout, s, p, co.WEIGHT_BYTES) if plan.zero_stage >= 3 else {}
                     for p in stage_params(layout, s)] for s in range(pp)]
+    # ring passes of a chunk's DP sync (all-reduce: 2) and ZeRO-1/2 gather, per byte of their values
+    dp_passes = (2 if plan.zero_stage == 0 else 1, co.GRAD_REDUCE_BYTES), (int(plan.zero_stage in (1, 2)),
+                                                                       co.WEIGHT_BYTES)
+    nvlink_busy: dict[str, float] = {}
     for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
         fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
         flows = {kind: (np.zeros((3, pp, v)), [[{} for _ in range(v)] for _ in range(pp)])
@@ -655,6 +709,11 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                         flows[kind][1][s][c] = dict.fromkeys(nic_names(name, s), share)
                 for comm_class in COMM_CLASSES:
                     stage_exposed[comm_class] += m * cost.exposed[comm_class]
+                params = stage_params(layout, s)[c]
+                seconds = m * sum(cost.nvlink_s) + sum(
+                    n * _ring_nvlink_s(layout, s, params, size, building) for n, size in dp_passes if n)
+                for key in nvlink_names(name, s):
+                    nvlink_busy[key] = nvlink_busy.get(key, 0.0) + seconds
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
@@ -700,7 +759,7 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION if plan.dp_sync is DpSync.OVERLAP_BACKWARD else 0.0,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
-        resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses),
+        resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses, nvlink_busy),
     )
 
 
@@ -979,13 +1038,6 @@ def exposed_gather_s(workload: StepWorkload) -> float:
     return max(0.0, float(alone.max()), *shared)
 
 
-def busiest_resource(workload: StepWorkload) -> tuple[str, float]:
-    """The shared resource with the most seconds of traffic per step (name, seconds); ('', 0) if none."""
-    if not workload.resource_busy_s:
-        return "", 0.0
-    return max(workload.resource_busy_s.items(), key=lambda item: (item[1], item[0]))
-
-
 def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, float]]:
     """Step time = max(max over groups (pipeline + exposed DP) + optimizer + exposed ZeRO gather,
     busiest shared resource), with its breakdown (BREAKDOWN_KEYS).
@@ -1023,7 +1075,7 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
         "exposed_dp_s": parts["exposed_dp_s"] + comm["dp"],
         "optimizer_s": workload.optimizer_s,
     }
-    _, busy = busiest_resource(workload)
+    _, busy = workload.busiest_resource
     if busy > total:
         breakdown[workload.resource_excess_key] += busy - total
         total = busy

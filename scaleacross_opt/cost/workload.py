@@ -108,13 +108,20 @@ class StepWorkload:
     optimizer_s: float  # optimizer step (after all gradient syncs)
     # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd
     exposed_comm_s: dict[str, float]
-    # seconds per step each shared resource (building links, a GPU's NIC) needs for all traffic classes
+    # seconds per step each shared resource (building links, a GPU's NIC and NVLink) needs for all traffic classes
     resource_busy_s: dict[str, float]
 
     @property
+    def busiest_resource(self) -> tuple[str, float]:
+        """The shared resource with the most seconds of traffic per step (name, seconds); ('', 0) if none."""
+        return max(self.resource_busy_s.items(), key=lambda item: (item[1], item[0]), default=("", 0.0))
+
+    @property
     def resource_excess_key(self) -> str:
-        """Breakdown key charged when the busiest resource outlasts the timeline: DP when gradients cross
-        buildings, else PP."""
+        """Breakdown key charged when the busiest resource outlasts the timeline: TP when it is a GPU's NVLink
+        (TP's collectives are its main traffic), else DP when gradients cross buildings, else PP."""
+        if self.busiest_resource[0].startswith("NVLink "):
+            return "exposed_tp_s"
         return "exposed_dp_s" if bool(np.any(self.dp_shared)) or not any(
             a != b for a, b in self.links) else "exposed_pp_s"
 

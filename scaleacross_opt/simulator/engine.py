@@ -63,7 +63,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..cost.step import busiest_resource, gather_windows
+from ..cost.step import gather_windows
 from ..cost.workload import OpFlow, PipelineGroup, StepWorkload
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
@@ -329,7 +329,7 @@ def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool) -> tupl
         release = np.full_like(gather, optimizer_end)
         gather_start, gather_end = stream_jobs(release, gather, workload.dp_gather_uses)
         timeline_end = max(optimizer_end, float((gather_end - window).max()))
-    _, busy = busiest_resource(workload)
+    _, busy = workload.busiest_resource
     result = SimResult(
         graph=graph, groups=groups, pipeline_end_s=pipeline_end, dp_start_s=dp_start, dp_end_s=dp_end,
         optimizer_start_s=optimizer_start, optimizer_end_s=optimizer_end, gather_start_s=gather_start,
