@@ -30,7 +30,8 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
 - Shared resources: every transfer and collective lists the resource-seconds it needs of each resource it
   crosses — a GPU's NIC each way, each cross-building link each way (``dp_uses``, ``route_uses``,
   ``_transfer_uses``) — so the simulator can share them among concurrent flows; ``resource_busy`` adds them
-  up per step, and no step is shorter than the busiest.
+  up per step, with each GPU's NVLink seconds (TP, and the CP / EP / DP hops inside its domain), and no step
+  is shorter than the busiest.
 """
 
 from __future__ import annotations
