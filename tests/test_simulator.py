@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scaleacross_opt.catalog import coefficients as co
+from scaleacross_opt.cost.step import exposed_dp_s
 from scaleacross_opt.simulator import report_from_result, simulate_workload, write_trace
 from scaleacross_opt.simulator.engine import _event_loop, _resources, op_graph
 from scaleacross_opt.simulator.synthetic import uniform_workload
@@ -104,26 +104,28 @@ def test_event_loop_matches_list_schedule_without_contention() -> None:
 
 
 def test_dp_sync_overlaps_remaining_backward() -> None:
-    d = 2.5
-    wl = uniform_workload("interleaved-1f1b", 4, 2, 8, dp_sync_s=d, optimizer_s=0.25)
+    d, n = 2.5, 4
+    wl = uniform_workload("interleaved-1f1b", 4, 2, 8, dp_sync_s=d, optimizer_s=0.25, dp_buckets=n)
     result = simulate_workload(wl)
-    # Chunk 1's sync of every stage hides behind chunk 0's remaining backwards; chunk 0's buckets start
-    # during its last backward (B = 2 s here), so only d − overlap·B of it is exposed.
-    exposed = d - co.DP_BACKWARD_OVERLAP_FRACTION * 2.0
+    # Chunk 1's sync of every stage hides behind chunk 0's remaining backwards. Chunk 0's buckets (d/n each)
+    # are released at k/n of its last backward (B = 2 s here); the first starts at B/n and the stream never
+    # idles after it (d/n ≥ B/n), so d + B/n − B of the sync is exposed.
+    exposed = d + 2.0 / n - 2.0
     assert result.exposed_dp_s == pytest.approx(exposed)
     assert result.exposed_dp_s < wl.dp_sync_s.sum(axis=1).min()
     assert result.step_time_s == pytest.approx(result.pipeline_end_s + exposed + 0.25)
-    assert np.all(result.dp_start_s[:, 1] < result.pipeline_end_s)
+    assert np.all(result.dp_start_s[wl.dp_jobs.chunk == 1] < result.pipeline_end_s)
+    assert result.exposed_dp_s == pytest.approx(max(exposed_dp_s(wl, group) for group in wl.groups))
 
 
 def test_dp_sync_waits_for_every_group_and_serialises() -> None:
-    wl = uniform_workload("1f1b", 2, 1, 2, dp_sync_s=10.0, num_groups=2)
+    wl = uniform_workload("1f1b", 2, 1, 2, dp_sync_s=10.0, num_groups=2, dp_buckets=2)
     slow = replace(wl.groups[1], fwd_s=wl.groups[1].fwd_s * 2)
     result = simulate_workload(replace(wl, groups=(wl.groups[0], slow)))
-    last = op_graph("1f1b", 2, 1, 2).last_backward
-    f = co.DP_BACKWARD_OVERLAP_FRACTION
-    ready = max((g.end[last] - f * (g.end[last] - g.start[last])).max() for g in result.groups)
-    assert result.dp_start_s.max() == pytest.approx(ready)  # the slow group's buckets gate the sync
+    last = op_graph("1f1b", 2, 1, 2).last_backward[0, 0]
+    ready = max(g.end[last] - 0.5 * (g.end[last] - g.start[last]) for g in result.groups)  # half the backward ran
+    first = result.dp_start_s[wl.dp_jobs.stage == 0]
+    assert first.tolist() == pytest.approx([ready, ready + 5.0])  # the slow group's buckets gate the sync
     assert result.step_time_s == pytest.approx(ready + 10.0)
 
 
@@ -152,7 +154,7 @@ def test_trace_export(tmp_path: Path) -> None:
     assert all(e["dur"] >= 0 and "ts" in e for e in spans)
     ops = [e for e in spans if e["tid"] == 0 and e["name"][0] in "FB" and e["pid"] < 2]
     assert len(ops) == result.num_ops
-    assert sum(e["name"] == "dp-sync chunk 0" for e in spans) == 2
+    assert sum(e["name"] == "dp-sync chunk 0 bucket 0" for e in spans) == 2
     assert any(e["pid"] == 2 for e in spans)  # link transfers
 
 

@@ -65,20 +65,21 @@ def test_flow_network_finishes_flows_at_their_shared_speeds() -> None:
 
 def test_dp_sync_slows_the_gradient_transfer_it_shares_a_route_with() -> None:
     """Two stages in two buildings, one micro-batch, F = 1 s, B = 1 s, a 1 s transfer each way; each stage's
-    2 s DP sync needs both routes and starts halfway into its backward (overlap 0.5).
+    2 s DP sync needs both routes and runs in two 1 s buckets, released halfway into its backward and at its end.
 
-    By hand: F on stage 0 [0, 1], activation [1, 2], F/B on stage 1 [2, 3] / [3, 4]; stage 1's sync starts at
-    3.5 alone (¼ done at 4); from 4 the gradient transfer and the sync share the route at ½ each: the
-    transfer ends at 6 (the sync is ¾ done), the sync at 6.5. B on stage 0 [6, 7]; its sync starts at 6.5,
-    alone, and ends at 8.5. Without sharing the transfer would end at 5 and the step at 7.5."""
+    By hand: F on stage 0 [0, 1], activation [1, 2], F/B on stage 1 [2, 3] / [3, 4]; stage 1's first bucket
+    starts at 3.5 alone (½ done at 4); from 4 the gradient transfer and the bucket share the route at ½ each:
+    the bucket ends at 5, then the second bucket shares it with the transfer, which ends at 6; the bucket, alone
+    again, at 6.5. B on stage 0 [6, 7]; its buckets run alone 6.5–7.5 and 7.5–8.5. Without sharing the
+    transfer would end at 5 and the step at 7.5."""
     workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, cuts=[1],
-                                p2p_bytes=1.0, bandwidth_bytes_per_s=1.0, dp_sync_s=2.0, dp_route_s=2.0)
-    result = simulate_workload(replace(workload, dp_overlap_fraction=0.5))
+                                p2p_bytes=1.0, bandwidth_bytes_per_s=1.0, dp_sync_s=2.0, dp_route_s=2.0, dp_buckets=2)
+    result = simulate_workload(workload)
     timeline = result.groups[0]
     assert timeline.contended
     assert timeline.start.tolist() == pytest.approx([0.0, 6.0, 2.0, 3.0])  # F0@0, B0@0, F0@1, B0@1
-    assert result.dp_start_s.ravel().tolist() == pytest.approx([6.5, 3.5])
-    assert result.dp_end_s.ravel().tolist() == pytest.approx([8.5, 6.5])
+    assert result.dp_start_s.tolist() == pytest.approx([6.5, 7.5, 3.5, 5.0])  # stage 0's buckets, stage 1's
+    assert result.dp_end_s.tolist() == pytest.approx([7.5, 8.5, 5.0, 6.5])
     assert result.step_time_s == pytest.approx(8.5)
 
 
@@ -101,23 +102,24 @@ def test_zero3_gathers_of_all_stages_share_the_cross_building_route(load_shipped
 
 def test_dp_sync_slows_the_all_to_all_its_compute_waits_for() -> None:
     """Two stages, one micro-batch, F = B = 1 s, of which the first 0.5 s is an all-to-all on resource X (full
-    share) that the rest of the op waits for; each stage's 1 s DP sync also needs X and is released 0.9 of
-    the op before its compute ends (no earlier than the compute starts).
+    share) that the rest of the op waits for; each stage's 1 s DP sync also needs X and runs in two 0.5 s
+    buckets, released halfway into the op (no earlier than its compute starts) and at its end.
 
-    By hand: F0 [0, 1], F1 [1, 2], B1 [2, 3] (its compute from 2.5), so stage 1's sync starts at 2.5 alone
-    (½ done at 3); B0's all-to-all then shares X with it at ½ each: both end at 4; B0's compute runs 4–4.5;
-    stage 0's sync, released at 4, ends at 5. Timed apart: B0 ends at 4 and stage 0's sync at 4.5."""
-    workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0)
+    By hand: F0 [0, 1], F1 [1, 2], B1 [2, 3] (its compute from 2.5), so stage 1's first bucket runs 2.5–3
+    alone; B0's all-to-all then shares X with the second bucket at ½ each: both end at 4; B0's compute runs
+    4–4.5; stage 0's buckets, released at 4 and 4.5, end at 4.5 and 5. Timed apart: B0 ends at 4."""
+    workload = uniform_workload("1f1b", 2, 1, 1, fwd_s=1.0, bwd_input_s=0.5, bwd_weight_s=0.5, dp_sync_s=1.0,
+                                dp_buckets=2)
     x = {"X": 1.0}
     seconds = np.full((3, 2, 1), 0.5)
     seconds[2] = 0.0  # no W ops in 1F1B
     flow = OpFlow("ep", seconds, ((x,), (x,)), "inline")
     workload = replace(workload, groups=(replace(workload.groups[0], op_flows=(flow,)),),
-                       dp_sync_uses=((x,), (x,)), dp_overlap_fraction=0.9)
+                       dp_sync_uses=((x,), (x,)))
     result = simulate_workload(workload)
     assert result.groups[0].end.tolist() == pytest.approx([1.0, 4.5, 2.0, 3.0])  # F0, B0, F1, B1
-    assert result.dp_start_s.ravel().tolist() == pytest.approx([4.0, 2.5])
-    assert result.dp_end_s.ravel().tolist() == pytest.approx([5.0, 4.0])
+    assert result.dp_start_s.tolist() == pytest.approx([4.0, 4.5, 2.5, 3.0])
+    assert result.dp_end_s.tolist() == pytest.approx([4.5, 5.0, 3.0, 4.0])
     assert result.step_time_s == pytest.approx(5.0)
     assert result.apart_pipeline_end_s == pytest.approx(4.0) and result.sharing_s == pytest.approx(0.5)
 

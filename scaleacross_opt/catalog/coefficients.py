@@ -114,9 +114,17 @@ TP_OVERLAP_FRACTION = 0.0
 TP_OVERLAP_RS_SPLITS = 4
 # Fraction of EP all-to-all hidden behind compute without a dedicated overlapping schedule.
 EP_OVERLAP_FRACTION = 0.0
-# Fraction of the last micro-batch's backward during which DP gradient buckets already sync
-# (bucketed reduce overlaps everything but the last bucket; Li et al. VLDB'20, PyTorch DDP §3.2.3).
-DP_BACKWARD_OVERLAP_FRACTION = 0.8
+# Gradient buckets (cost.step.dp_buckets): with the sync overlapping the backward, a chunk's gradients are
+# reduced in buckets of at most max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK × dp·cp) of its
+# parameters, each bucket as soon as the backward produced it — Megatron-Core's default
+# (DistributedDataParallelConfig.bucket_size: "max(40000000, 1000000 * dp_size) parameters (larger DP sizes
+# need larger buckets to ensure collectives do not become latency-bound)"); only a stage's first model chunk
+# is bucketed, the later chunks sync as one bucket each (megatron/training/training.py get_model:
+# disable_bucketing=(model_chunk_idx > 0)). ZeRO-3 reduce-scatters each layer's gradients on their own
+# (FSDP wraps each transformer block: one reduce-scatter per block). How much of the sync hides behind the
+# backward then follows from the timeline (Li et al. VLDB'20, PyTorch DDP §3.2.3: all but the last bucket).
+DP_BUCKET_MIN_PARAMS = 40_000_000
+DP_BUCKET_PARAMS_PER_RANK = 1_000_000
 
 # ---------------------------------------------------------------------------------------------------
 # Network (cost.network, cost.collectives)

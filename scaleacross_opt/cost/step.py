@@ -24,9 +24,10 @@ Every group's span over NVLink domains, nodes and buildings comes from the resol
 - PP: one activation (forward) or activation-gradient (backward) of S_act/tp bytes per GPU per
   micro-batch per stage boundary.
 - DP: per chunk, a reduce-scatter (ZeRO ≥ 1) or an all-reduce (ZeRO 0) of the gradients over the dp·cp
-  ranks (dp·cp/ep for expert weights); ZeRO-1/2 also all-gather the updated bf16 weights after the
-  optimizer (``dp_gather_s``), overlapping the next step's first forward (Megatron
-  --overlap-param-gather); hierarchical across buildings when the cross-building algorithm is.
+  ranks (dp·cp/ep for expert weights) in buckets (``dp_buckets``), each released as the chunk's last
+  backward produces it; ZeRO-1/2 also all-gather the updated bf16 weights bucket by bucket after the
+  optimizer (``dp_gather_s``), as the next step's forwards need them (Megatron --overlap-param-gather);
+  hierarchical across buildings when the cross-building algorithm is.
 - Shared resources: every transfer and collective lists the resource-seconds it needs of each resource it
   crosses — a GPU's NIC each way, each cross-building link each way (``dp_uses``, ``route_uses``,
   ``_transfer_uses``) — so the simulator can share them among concurrent flows; ``resource_busy`` adds them
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -480,8 +482,27 @@ class _DpSync:
     gather_uses: dict[str, float]
 
 
-def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
-    """Gradient sync and parameter gather of one chunk of ``stage``.
+def dp_buckets(layout: ResolvedPlan, stage: int, chunk: int, params: ParamCount) -> tuple[int, int]:
+    """Buckets (dense, expert) chunk ``chunk`` of ``stage`` syncs its gradients in, one collective each (the
+    expert gradients sit in their own buffer, over the expert-DP group; none where the chunk holds none):
+    a layer each under ZeRO-3; else one when the sync follows the backward or for a stage's later chunks,
+    and ⌈params ÷ max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK·dp·cp)⌉ otherwise (``coefficients``)."""
+    plan = layout.plan
+    if plan.zero_stage >= 3:
+        layers = len(layout.kinds[stage][chunk])
+        return (layers if params.dense > 0 else 0), (layers if params.expert > 0 else 0)
+    size = max(co.DP_BUCKET_MIN_PARAMS, co.DP_BUCKET_PARAMS_PER_RANK * plan.dp * plan.cp)
+    whole = plan.dp_sync is DpSync.AFTER_BACKWARD or chunk > 0
+
+    def count(held: float) -> int:
+        return 0 if held <= 0 else 1 if whole else math.ceil(held / size)
+
+    return count(params.dense), count(params.expert)
+
+
+def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount, buckets: tuple[int, int]) -> _DpSync:
+    """Gradient sync and parameter gather of one chunk of ``stage``, the dense and the expert gradients each in
+    their ``buckets`` (``dp_buckets``) equal collectives, each paying its own latency.
 
     ZeRO-0: all-reduce of the gradients, no gather. ZeRO-1/2: reduce-scatter of the gradients, and
     after the optimizer the all-gather of the updated bf16 parameters. ZeRO-3: reduce-scatter (its
@@ -492,10 +513,12 @@ def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount) -> _DpSync:
     sync = Collective.ALL_REDUCE if plan.zero_stage == 0 else Collective.REDUCE_SCATTER
     gather = plan.zero_stage in (1, 2)
     grads = gathers = 0.0
-    for levels, count in ((dp.dense, params.dense), (dp.expert, params.expert)):
-        grads += span_collective_s(sync, dp.algorithm, levels, count * co.GRAD_REDUCE_BYTES)
+    for levels, count, n in ((dp.dense, params.dense, buckets[0]), (dp.expert, params.expert, buckets[1])):
+        if n == 0:
+            continue
+        grads += n * span_collective_s(sync, dp.algorithm, levels, count / n * co.GRAD_REDUCE_BYTES)
         if gather:
-            gathers += span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count * co.WEIGHT_BYTES)
+            gathers += n * span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count / n * co.WEIGHT_BYTES)
     halves = 2.0 if sync is Collective.ALL_REDUCE else 1.0
     return _DpSync(grads, gathers, dp_uses(layout, stage, params, halves * co.GRAD_REDUCE_BYTES),
                    dp_uses(layout, stage, params, co.WEIGHT_BYTES) if gather else {})
@@ -725,6 +748,7 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
             name, stage_map, fwd, bwd_in, bwd_w, replicas,
             transfer_uses=_transfer_uses(layout, name, stage_map, replicas, p2p_bytes), op_flows=op_flows))
     dp_sync, dp_gather = np.zeros((pp, v)), np.zeros((pp, v))
+    buckets = np.ones((pp, v), dtype=np.int64)
     sync_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
     param_uses: list[list[dict[str, float]]] = [[] for _ in range(pp)]
     shared = np.zeros(pp, dtype=bool)
@@ -733,7 +757,9 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         params = stage_params(layout, s)
         shared[s] = layout.dp_span(s).crosses_buildings
         for c, p in enumerate(params):
-            chunk = _dp_sync(layout, s, p)
+            split = dp_buckets(layout, s, c, p)
+            buckets[s, c] = max(1, sum(split))
+            chunk = _dp_sync(layout, s, p, split)
             dp_sync[s, c], dp_gather[s, c] = chunk.sync_s, chunk.gather_s
             sync_uses[s].append(chunk.sync_uses)
             param_uses[s].append(chunk.gather_uses)
@@ -754,10 +780,10 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         links=_pp_links(layout),
         dp_sync_s=dp_sync,
         dp_gather_s=dp_gather,
+        dp_buckets=buckets,
         dp_sync_uses=tuple(map(tuple, sync_uses)),
         dp_gather_uses=tuple(map(tuple, param_uses)),
         dp_shared=shared,
-        dp_overlap_fraction=co.DP_BACKWARD_OVERLAP_FRACTION if plan.dp_sync is DpSync.OVERLAP_BACKWARD else 0.0,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
         resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses, nvlink_busy),
@@ -968,39 +994,54 @@ def _stage_relaxation_s(workload: StepWorkload, group: PipelineGroup, path: _Pat
     return best
 
 
-def sync_windows(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float) -> np.ndarray:
-    """(pp, v): how long before the pipeline ends each chunk's gradient sync may start, at most.
+def sync_windows(workload: StepWorkload, group: PipelineGroup, bucketed: bool = True) -> np.ndarray:
+    """(N,): how long before the pipeline ends each DP job (``StepWorkload.dp_jobs``) is released, by the drain.
 
-    Chunk (s, c) at model position p syncs ``overlap_fraction`` of its last backward op (W when the
-    schedule splits the backward, else B) before that op ends, and the last micro-batch's input-gradient
-    backward must still pass every position below p: Σ_{k<p} B_in(k) + overlap·last op.
+    Bucket j of chunk (s, c) at model position p is ready ``1 − ready_at_j`` of its chunk's last backward op
+    (W when the schedule splits the backward, else B) before that op ends (``bucketed=False``: at its end),
+    and the last micro-batch's input-gradient backward must still pass every position below p:
+    Σ_{k<p} B_in(k) + (1 − ready_at_j)·last op.
     """
     at = _positions(workload, group)
+    jobs = workload.dp_jobs
     last = group.bwd_weight_s if get_schedule(workload.schedule).splits_backward else group.bwd_s
-    window = overlap_fraction * last
-    drain = np.concatenate([[0.0], np.cumsum(at.bwd_s)[:-1]])
-    for k, chunk in enumerate(at.chunks):
-        window[chunk] += drain[k]
+    drain = np.zeros_like(last)
+    for (s, c), before in zip(at.chunks, np.concatenate([[0.0], np.cumsum(at.bwd_s)[:-1]]), strict=True):
+        drain[s, c] = before
+    window = drain[jobs.stage, jobs.chunk]
+    if bucketed:
+        window = window + (1.0 - jobs.ready_at) * last[jobs.stage, jobs.chunk]
     return window
 
 
-def _released_after(window: np.ndarray, work: np.ndarray) -> float:
-    """max over jobs j of (Σ work of jobs whose window ≤ window_j) − window_j: the jobs released no earlier
-    than j all run after j's release on one stream (or one shared route)."""
-    order = np.argsort(window.ravel(), kind="stable")
-    return float(np.max(np.cumsum(work.ravel()[order]) - window.ravel()[order], initial=0.0))
+def _lateness(window: np.ndarray, work: np.ndarray) -> float:
+    """max over jobs j of (Σ work of jobs whose window ≤ window_j) − window_j, at least 0: the jobs whose window
+    is no longer than j's all run on one stream (or one shared resource) within j's window."""
+    order = np.argsort(window, kind="stable")
+    return float(np.max(np.cumsum(work[order]) - window[order], initial=0.0))
 
 
-def exposed_dp_s(workload: StepWorkload, group: PipelineGroup, overlap_fraction: float | None = None) -> float:
-    """DP sync not hidden behind the pipeline (``sync_windows``, ``overlap_fraction`` default: the
-    plan's): on each stage's DP stream, and on every resource the stages' syncs share (its seconds)."""
-    if overlap_fraction is None:
-        overlap_fraction = workload.dp_overlap_fraction
-    window = sync_windows(workload, group, overlap_fraction)
-    alone = max(_released_after(window[s], workload.dp_sync_s[s]) for s in range(workload.pp))
-    shared = max((_released_after(window, seconds) for seconds in resource_seconds(workload.dp_sync_uses).values()),
-                 default=0.0)
-    return max(0.0, alone, shared)
+def _job_lateness(workload: StepWorkload, window: np.ndarray, seconds: np.ndarray,
+                  uses: tuple[tuple[dict[str, float], ...], ...]) -> float:
+    """``_lateness`` of the DP jobs (seconds alone ``seconds``, (N,)) on each stage's DP stream and on every
+    resource their chunks' ``uses`` share (a job takes its ``part`` of its chunk's resource-seconds)."""
+    jobs = workload.dp_jobs
+    bounds = np.searchsorted(jobs.stage, np.arange(workload.pp + 1))  # jobs are in stage order
+    alone = max(_lateness(window[a:b], seconds[a:b]) for a, b in itertools.pairwise(bounds.tolist()))
+    shared = 0.0
+    for chunk in resource_seconds(uses).values():
+        on = chunk[jobs.stage, jobs.chunk] * jobs.part
+        used = on > 0
+        shared = max(shared, _lateness(window[used], on[used]))
+    return max(alone, shared)
+
+
+def exposed_dp_s(workload: StepWorkload, group: PipelineGroup, bucketed: bool = True) -> float:
+    """DP sync not hidden behind the pipeline (``sync_windows``; ``bucketed=False``: the same buckets, each
+    released at the end of its chunk's last backward): on each stage's DP stream, and on every resource the
+    stages' syncs share (its seconds)."""
+    return _job_lateness(workload, sync_windows(workload, group, bucketed), workload.dp_jobs.sync_s,
+                         workload.dp_sync_uses)
 
 
 def resource_seconds(uses: tuple[tuple[dict[str, float], ...], ...]) -> dict[str, np.ndarray]:
@@ -1016,27 +1057,28 @@ def resource_seconds(uses: tuple[tuple[dict[str, float], ...], ...]) -> dict[str
 
 
 def gather_windows(workload: StepWorkload) -> np.ndarray:
-    """(pp,): how far into the next step stage s's ZeRO-1/2 gathers may run: its first forward starts after
-    the forwards of chunk 0 on the stages before it and waits only for the first buckets, so
-    Σ_{s'<s} F(s', 0) + overlap·F(s, 0) (the smallest over the pipeline groups; transfers ignored)."""
+    """(N,): how far into the next step each DP job's ZeRO-1/2 gather may run (``StepWorkload.dp_jobs``): the
+    first forward of chunk (s, c) at model position p starts after the forwards of every position below p
+    and needs bucket j at ``needed_at_j`` of its layers, so Σ_{k<p} F(k) + needed_at_j·F(p) (the smallest over
+    the pipeline groups; transfers ignored)."""
+    jobs = workload.dp_jobs
     windows = []
     for group in workload.groups:
-        first = group.fwd_s[:, 0]
-        windows.append(np.concatenate([[0.0], np.cumsum(first)[:-1]]) + workload.dp_overlap_fraction * first)
+        at = _positions(workload, group)
+        before = np.zeros_like(group.fwd_s)
+        for (s, c), value in zip(at.chunks, np.concatenate([[0.0], np.cumsum(at.fwd_s)[:-1]]), strict=True):
+            before[s, c] = value
+        windows.append(before[jobs.stage, jobs.chunk] + jobs.needed_at * group.fwd_s[jobs.stage, jobs.chunk])
     return np.min(windows, axis=0)
 
 
 def exposed_gather_s(workload: StepWorkload) -> float:
-    """ZeRO-1/2 parameter all-gathers not hidden behind the next step's forward (after the optimizer):
-    each stage's gathers less its window; on a resource the stages' gathers share, stages 0..k need Σ of
-    their seconds of it within stage k's window (windows grow with the stage)."""
+    """ZeRO-1/2 parameter all-gathers not hidden behind the next step's forward (after the optimizer): the
+    gathers needed by a time (``gather_windows``) must be done by then, on each stage's DP stream and on
+    every resource the stages' gathers share."""
     if not workload.dp_gather_s.any():
         return 0.0
-    window = gather_windows(workload)
-    alone = workload.dp_gather_s.sum(axis=1) - window
-    shared = [float((np.cumsum(seconds.sum(axis=1)) - window).max())
-              for seconds in resource_seconds(workload.dp_gather_uses).values()]
-    return max(0.0, float(alone.max()), *shared)
+    return _job_lateness(workload, gather_windows(workload), workload.dp_jobs.gather_s, workload.dp_gather_uses)
 
 
 def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, float]]:
@@ -1051,8 +1093,7 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     boundary's round trips through the op orders of its stages and the ends' (``_stage_relaxation_s``)), where H is one
     forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
     Ignored (left to the simulator): transfers of different boundaries queueing on one path, overlap of
-    the p2p transfers with compute beyond what those bounds see, DP syncs of different stages sharing a
-    route, stragglers. The
+    the p2p transfers with compute beyond what those bounds see, stragglers. The
     breakdown's exposed TP/CP/EP are those of the slowest stage.
     """
     best: tuple[float, dict[str, float]] | None = None

@@ -7,6 +7,7 @@ the discrete-event simulator both consume it, so they differ only in how they co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -86,6 +87,40 @@ class PipelineGroup:
         return self.bwd_input_s + self.bwd_weight_s
 
 
+@dataclass(frozen=True, eq=False)
+class DpJobs:
+    """The gradient buckets of every chunk as one flat list of DP jobs, per stage in chunk then bucket order.
+
+    Bucket k (0-based) of a chunk's n equal buckets holds the gradients its last backward op (W when the
+    schedule splits the backward, else B) produces between ``k/n`` (``needed_at``) and ``(k+1)/n``
+    (``ready_at``) of that op: its sync is released at ``ready_at`` of the op; after the optimizer its
+    ZeRO-1/2 gather (forward order) must be done when the next step's first forward of the chunk reaches
+    ``needed_at`` of its layers. ``part`` = 1/n: the share of the chunk's seconds and resource-seconds.
+    """
+
+    stage: np.ndarray  # (N,) int
+    chunk: np.ndarray  # (N,) int
+    ready_at: np.ndarray  # (N,)
+    needed_at: np.ndarray  # (N,)
+    part: np.ndarray  # (N,)
+    sync_s: np.ndarray  # (N,) seconds alone of the bucket's gradient sync
+    gather_s: np.ndarray  # (N,) seconds alone of the bucket's ZeRO-1/2 parameter gather (0 when none)
+
+    @classmethod
+    def of(cls, buckets: np.ndarray, sync_s: np.ndarray, gather_s: np.ndarray) -> DpJobs:
+        """The jobs of chunks (s, c) with ``buckets[s, c]`` buckets and ``sync_s`` / ``gather_s`` seconds each."""
+        counts = buckets.ravel().astype(np.int64)
+        index = np.repeat(np.arange(counts.size), counts)
+        bucket = np.arange(index.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        n = counts[index].astype(np.float64)
+        stage, chunk = np.unravel_index(index, buckets.shape)
+        return cls(stage=stage, chunk=chunk, ready_at=(bucket + 1) / n, needed_at=bucket / n, part=1.0 / n,
+                   sync_s=sync_s.ravel()[index] / n, gather_s=gather_s.ravel()[index] / n)
+
+    def __len__(self) -> int:
+        return int(self.stage.size)
+
+
 @dataclass(frozen=True)
 class StepWorkload:
     """Everything needed to time one step of a plan."""
@@ -99,17 +134,22 @@ class StepWorkload:
     links: dict[tuple[str, str], LinkShare]  # (src, dst) building; (b, b) is the intra-building path
     dp_sync_s: np.ndarray  # (pp, v): time to sync one chunk's gradients across DP with the network to itself
     dp_gather_s: np.ndarray  # (pp, v): ZeRO-1/2 all-gather of one chunk's updated weights after the optimizer
+    dp_buckets: np.ndarray  # (pp, v) int ≥ 1: equal buckets a chunk's sync and gather run in (``DpJobs``)
     # [s][c]: resource-seconds (PipelineGroup's resource names) one chunk's sync / gather needs, all its
     # DP groups at once: the routes of its ring, and every group's NICs of the stage
     dp_sync_uses: tuple[tuple[dict[str, float], ...], ...]
     dp_gather_uses: tuple[tuple[dict[str, float], ...], ...]
     dp_shared: np.ndarray  # (pp,) bool: the stage's DP group crosses buildings
-    dp_overlap_fraction: float  # part of a chunk's last backward its gradient sync may overlap (0: after it)
     optimizer_s: float  # optimizer step (after all gradient syncs)
     # per class (tp, cp, ep; dp = ZeRO-3 gathers): exposed time per step on the slowest stage, inside fwd/bwd
     exposed_comm_s: dict[str, float]
     # seconds per step each shared resource (building links, a GPU's NIC and NVLink) needs for all traffic classes
     resource_busy_s: dict[str, float]
+
+    @cached_property
+    def dp_jobs(self) -> DpJobs:
+        """Every chunk's gradient buckets as DP jobs (``DpJobs``)."""
+        return DpJobs.of(self.dp_buckets, self.dp_sync_s, self.dp_gather_s)
 
     @property
     def busiest_resource(self) -> tuple[str, float]:

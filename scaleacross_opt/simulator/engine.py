@@ -24,13 +24,14 @@ ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
 Concurrent flows share each resource max-min fairly, so a sync overlapping the backward slows the gradient
 transfers on the same NIC or link, and every stage's ZeRO-3 gathers split the link they cross.
 
-DP sync: for each stage, chunk syncs run serialised on the stage's DP stream, each released once that
-chunk's gradient buckets start to be ready in every group — ``workload.dp_overlap_fraction`` of the
-chunk's last backward op (W if split, else B) before its compute ends (bucketed reduce, PyTorch DDP /
-Megatron overlap_grad_reduce; 0 for a plan whose sync follows the backward) — in order of release. The
-optimizer step follows the last sync. ZeRO-1/2 then all-gather the updated weights (same streams, same
-sharing); the next step's first forward of a stage waits for its first buckets, so the step lasts until
-every gather of stage s ends, less ``cost.step.gather_windows`` (the step is periodic). Finally, no step is
+DP sync: a chunk's gradients sync in equal buckets (``workload.dp_jobs``; Megatron overlap_grad_reduce,
+PyTorch DDP), bucket k of n released once k/n of the chunk's last backward op (W if split, else B) ran in
+every group (one bucket at the op's end for a plan whose sync follows the backward); each stage's buckets
+run serialised on its DP stream in order of release, so how much of the sync hides comes out of the
+timeline. The optimizer step follows the last sync. ZeRO-1/2 then all-gather the updated weights bucket by
+bucket (same streams, same sharing); the next step's first forward of a chunk needs bucket k once it has
+run k/n of its layers, so the step lasts until every gather ends, less its ``cost.step.gather_windows``
+(the step is periodic). Finally, no step is
 shorter than the busiest shared resource (``workload.resource_busy_s``: all flows' seconds on it per step).
 
 **Symmetry** (what keeps 100k GPUs cheap): every pipeline group stands for its ``num_replicas`` identical
@@ -58,6 +59,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -245,12 +247,12 @@ class SimResult:
     graph: OpGraph
     groups: tuple[GroupTimeline, ...]
     pipeline_end_s: float  # last compute op over all groups
-    dp_start_s: np.ndarray  # (pp, v) start of each chunk's DP sync
-    dp_end_s: np.ndarray  # (pp, v)
+    dp_start_s: np.ndarray  # (N,) start of each DP job's gradient sync (``StepWorkload.dp_jobs``)
+    dp_end_s: np.ndarray  # (N,)
     optimizer_start_s: float
     optimizer_end_s: float
-    gather_start_s: np.ndarray  # (pp, v) ZeRO-1/2 all-gather of updated weights (empty when none)
-    gather_end_s: np.ndarray  # (pp, v)
+    gather_start_s: np.ndarray  # (N,) each DP job's ZeRO-1/2 all-gather of updated weights (all 0 when none)
+    gather_end_s: np.ndarray  # (N,)
     timeline_end_s: float  # optimizer end, or later while the gathers delay the next step's forward
     step_time_s: float  # timeline end, or the busiest shared resource's seconds when longer
     apart_pipeline_end_s: float  # the same op order's last compute op with the classes timed apart
@@ -309,26 +311,26 @@ def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool) -> tupl
     timelines apart ask some resource for more than its capacity). ``joint``: time them together (the
     joint timeline), else apart (exact when they do not contend)."""
     contended = _contended_resources(graph, workload)
+    jobs = workload.dp_jobs
     if joint:
         groups, dp_start, dp_end = _joint_timeline(graph, workload, contended)
     else:
         groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
-        overlap = workload.dp_overlap_fraction
-        last = graph.last_backward
-        ready = np.max([g.end[last] - overlap * (g.end[last] - g.start[last]) for g in groups], axis=0)  # (pp, v)
-        dp_start, dp_end = stream_jobs(ready, np.asarray(workload.dp_sync_s, dtype=np.float64),
-                                       workload.dp_sync_uses)
+        last = graph.last_backward[jobs.stage, jobs.chunk]
+        # as in the joint timeline: ``1 − ready_at`` of the op before it ends, not before its compute starts
+        ready = np.max([np.maximum(g.start[last] + _inline_s(graph, group)[last],
+                                   g.end[last] - (1.0 - jobs.ready_at) * (g.end[last] - g.start[last]))
+                        for g, group in zip(groups, workload.groups, strict=True)], axis=0)
+        dp_start, dp_end = stream_jobs(workload, ready, workload.dp_sync_s, workload.dp_sync_uses)
     pipeline_end = max(g.makespan_s for g in groups)
-    optimizer_start = max(pipeline_end, float(dp_end.max()))
+    optimizer_start = max(pipeline_end, float(dp_end.max(initial=0.0)))
     optimizer_end = optimizer_start + workload.optimizer_s
     timeline_end = optimizer_end
-    gather = np.asarray(workload.dp_gather_s, dtype=np.float64)
-    gather_start = gather_end = np.zeros_like(gather)
-    if gather.any():
-        window = gather_windows(workload)[:, None]
-        release = np.full_like(gather, optimizer_end)
-        gather_start, gather_end = stream_jobs(release, gather, workload.dp_gather_uses)
-        timeline_end = max(optimizer_end, float((gather_end - window).max()))
+    gather_start = gather_end = np.zeros(len(jobs))
+    if jobs.gather_s.any():
+        release = np.full(len(jobs), optimizer_end)
+        gather_start, gather_end = stream_jobs(workload, release, workload.dp_gather_s, workload.dp_gather_uses)
+        timeline_end = max(optimizer_end, float((gather_end - gather_windows(workload)).max()))
     _, busy = workload.busiest_resource
     result = SimResult(
         graph=graph, groups=groups, pipeline_end_s=pipeline_end, dp_start_s=dp_start, dp_end_s=dp_end,
@@ -339,41 +341,98 @@ def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool) -> tupl
     return result, not joint and _oversubscribed(graph, workload, groups, dp_start, dp_end, contended)
 
 
-def stream_jobs(ready: np.ndarray, work: np.ndarray, uses: tuple[tuple[dict[str, float], ...], ...]
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of jobs (stage s, chunk c) of ``work[s, c]`` seconds alone, released at ``ready[s, c]``.
+def stream_jobs(workload: StepWorkload, ready: np.ndarray, chunk_s: np.ndarray,
+                uses: tuple[tuple[dict[str, float], ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the DP jobs (``workload.dp_jobs``) released at ``ready[j]``, of chunks that take
+    ``chunk_s[s, c]`` seconds alone and need ``uses[s][c]`` resource-seconds (the sync's or the gather's).
 
-    Each stage serves its chunks one at a time in order of release (ties by chunk); a job in progress is a
-    flow needing ``uses[s][c]`` resource-seconds, sharing them max-min fairly (``simulator.flows``) with
-    the other stages' jobs in progress.
+    Each stage serves its jobs one at a time in order of release (ties by job); a job in progress is a flow
+    (``chunk_shares``) sharing the resources max-min fairly (``simulator.flows``) with the other stages' jobs
+    in progress. When the stages' streams timed alone never ask a resource for more than its capacity at
+    once, that timing is exact and the event loop is skipped.
     """
-    pp, v = ready.shape
-    start, end = np.zeros_like(ready), np.zeros_like(ready)
-    releases = sorted((float(ready[s, c]), s, c) for s in range(pp) for c in range(v))
-    queues: list[list[int]] = [[] for _ in range(pp)]
-    busy = [False] * pp
+    jobs = workload.dp_jobs
+    stage, chunk = jobs.stage.tolist(), jobs.chunk.tolist()
+    work = chunk_s[jobs.stage, jobs.chunk] * jobs.part
+    releases = sorted(zip(ready.tolist(), range(len(jobs)), strict=True))
+    shares = chunk_shares(chunk_s, uses)
+    start, end = _streams_alone(releases, stage, work.tolist(), workload.pp)
+    if not _jobs_oversubscribe(workload, start, end, work, shares):
+        return start, end
+    work = work.tolist()
+    queues: list[deque[int]] = [deque() for _ in range(workload.pp)]
+    busy = [False] * workload.pp
     net = FlowNetwork()
     k = 0
 
     def serve(s: int, t: float) -> None:
         while queues[s] and not busy[s]:
-            c = queues[s].pop(0)
-            start[s, c] = end[s, c] = t
-            if work[s, c] > 0:
-                net.start((s, c), float(work[s, c]), _shares(uses[s][c], float(work[s, c])))
+            j = queues[s].popleft()
+            start[j] = end[j] = t
+            if work[j] > 0:
+                net.start(j, work[j], shares[stage[j], chunk[j]])
                 busy[s] = True
 
     while k < len(releases) or net:
         t = min(releases[k][0] if k < len(releases) else math.inf, net.next_finish())
-        for s, c in net.advance(t):
-            end[s, c], busy[s] = t, False
-            serve(s, t)
+        for j in net.advance(t):
+            end[j], busy[stage[j]] = t, False
+            serve(stage[j], t)
         while k < len(releases) and releases[k][0] <= t:
-            _, s, c = releases[k]
-            queues[s].append(c)
-            serve(s, t)
+            j = releases[k][1]
+            queues[stage[j]].append(j)
+            serve(stage[j], t)
             k += 1
     return start, end
+
+
+def _streams_alone(releases: list[tuple[float, int]], stage: list[int], work: list[float], pp: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of jobs served in order of release on their stage's stream, each at full speed."""
+    start, end = np.zeros(len(stage)), np.zeros(len(stage))
+    free = [-math.inf] * pp
+    for t, j in releases:
+        s = stage[j]
+        start[j] = max(t, free[s])
+        end[j] = start[j] + work[j]
+        free[s] = end[j]
+    return start, end
+
+
+def _jobs_oversubscribe(workload: StepWorkload, start: np.ndarray, end: np.ndarray, work: np.ndarray,
+                        shares: dict[tuple[int, int], list[tuple[str, float]]]) -> bool:
+    """Whether DP jobs running over [start, end) at full speed ever ask a resource for more than its capacity
+    (the shares of the jobs in progress on it summing above 1; a job ending at t and one starting at t
+    touch). A resource only one stage's stream uses, at a share ≤ 1, never is: that stream runs one job at
+    a time."""
+    jobs = workload.dp_jobs
+    users: dict[str, dict[tuple[int, int], float]] = {}
+    for (s, c), chunk in shares.items():
+        for key, share in chunk:
+            users.setdefault(key, {})[s, c] = share
+    running = work > 0
+    for by_chunk in users.values():
+        if len({s for s, _ in by_chunk}) == 1 and max(by_chunk.values()) <= 1.0 + 1e-9:
+            continue
+        table = np.zeros((workload.pp, workload.virtual_stages))
+        for (s, c), share in by_chunk.items():
+            table[s, c] = share
+        share = table[jobs.stage, jobs.chunk]
+        on = running & (share > 0)
+        time = np.concatenate([end[on], start[on]])
+        delta = np.concatenate([-share[on], share[on]])
+        order = np.lexsort((delta, time))  # at one instant, ends (negative) before starts
+        if np.cumsum(delta[order]).max(initial=0.0) > 1.0 + 1e-9:
+            return True
+    return False
+
+
+def chunk_shares(chunk_s: np.ndarray, uses: tuple[tuple[dict[str, float], ...], ...]
+                 ) -> dict[tuple[int, int], list[tuple[str, float]]]:
+    """Per chunk (s, c), the shares of the resources its sync or gather crosses (``uses[s][c]`` resource-
+    seconds over ``chunk_s[s, c]`` seconds alone): every bucket of the chunk, as a flow, asks the same."""
+    return {(s, c): _shares(uses[s][c], float(seconds)) if seconds > 0 else []
+            for (s, c), seconds in np.ndenumerate(chunk_s)}
 
 
 def _shares(uses: dict[str, float], alone_s: float) -> list[tuple[str, float]]:
@@ -525,8 +584,7 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
             if work > 0 and ops.any():
                 done = timeline.arrive[ops] - link.latency_s  # serialisation ends
                 add(done - work, done, group.transfer_uses.get((a, b), {}), work)
-        inline = sum((_op_flow_seconds(graph, flow) for flow in group.op_flows if flow.phase == "inline"),
-                     np.zeros(graph.num_ops))
+        inline = _inline_s(graph, group)
         for flow in group.op_flows:
             seconds = _op_flow_seconds(graph, flow)
             start = timeline.start + (inline if flow.phase == "compute" else 0.0)
@@ -535,9 +593,11 @@ def _oversubscribed(graph: OpGraph, workload: StepWorkload, groups: tuple[GroupT
                     ops = (graph.stage == st) & (graph.chunk == c) & (seconds > 0)
                     if ops.any():
                         add(start[ops], start[ops] + seconds[ops], demand, 1.0)
+    jobs = workload.dp_jobs
     for (st, c), alone in np.ndenumerate(workload.dp_sync_s):
+        mine = (jobs.stage == st) & (jobs.chunk == c)
         if alone > 0:
-            add(dp_start[st, c:c + 1], dp_end[st, c:c + 1], workload.dp_sync_uses[st][c], alone)
+            add(dp_start[mine], dp_end[mine], workload.dp_sync_uses[st][c], alone)
     if not rows:
         return False
     index = {key: i for i, key in enumerate(sorted(contended))}
@@ -556,6 +616,12 @@ _COMPUTED, _ARRIVED, _RELEASED = 0, 1, 2  # timed events of the joint timeline
 def _op_flow_seconds(graph: OpGraph, flow: OpFlow) -> np.ndarray:
     """(n,) seconds alone of ``flow`` inside each op of ``graph`` (the row of the op's kind)."""
     return flow.seconds[graph.kind, graph.stage, graph.chunk]
+
+
+def _inline_s(graph: OpGraph, group: PipelineGroup) -> np.ndarray:
+    """(n,) seconds alone of each op's inline flows (the communication its compute waits for)."""
+    return sum((_op_flow_seconds(graph, flow) for flow in group.op_flows if flow.phase == "inline"),
+               np.zeros(graph.num_ops))
 
 
 def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
@@ -604,24 +670,29 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
     the op's duration runs with the flows beside it (in a layer the all-to-all and the attention's ring
     exchange are separate phases). A transfer waits first come, first served on its path (one NCCL
     communicator per peer, as in ``_event_loop``), then is a flow; it arrives one latency after its last
-    byte left. A chunk's DP sync is released ``1 − dp_overlap_fraction`` into its last backward op in
-    every group and runs on its stage's DP stream as a flow. Flows share every
+    byte left. A chunk's gradient bucket (``StepWorkload.dp_jobs``) is released ``ready_at`` into its
+    chunk's last backward op in every group and runs on its stage's DP stream as a flow. Flows share every
     resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, CP rings,
     ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
     Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
     """
-    n, v = graph.num_ops, graph.virtual_stages
-    overlap = workload.dp_overlap_fraction
+    n = graph.num_ops
+    jobs = workload.dp_jobs
     net = FlowNetwork(contended)
     events: list[tuple[float, int, int, int]] = []
     stream_next, consumers = graph.stream_next.tolist(), graph.consumers.tolist()
     stage_of, chunk_of = graph.stage.tolist(), graph.chunk.tolist()
     is_last = {int(i): (s, c) for (s, c), i in np.ndenumerate(graph.last_backward)}
-    release = np.full((graph.pp, v), -np.inf)
-    released = np.zeros((graph.pp, v), dtype=np.int64)
-    dp_queue: list[list[int]] = [[] for _ in range(graph.pp)]
+    chunk_jobs: dict[tuple[int, int], list[int]] = {}
+    for j, key in enumerate(zip(jobs.stage.tolist(), jobs.chunk.tolist(), strict=True)):
+        chunk_jobs.setdefault(key, []).append(j)
+    last_ops: dict[tuple[int, int], list[tuple[float, float, float]]] = {}  # per group: start, compute end, dur
+    dp_work = (workload.dp_sync_s[jobs.stage, jobs.chunk] * jobs.part).tolist()
+    ready_at, chunk_of_job = jobs.ready_at.tolist(), jobs.chunk.tolist()
+    dp_uses = chunk_shares(workload.dp_sync_s, workload.dp_sync_uses)
+    dp_queue: list[deque[int]] = [deque() for _ in range(graph.pp)]
     dp_busy = [False] * graph.pp
-    dp_start, dp_end = np.zeros((graph.pp, v)), np.zeros((graph.pp, v))
+    dp_start, dp_end = np.zeros(len(jobs)), np.zeros(len(jobs))
     state = []
     for group in workload.groups:
         bwd = group.bwd_input_s if graph.splits_backward else group.bwd_s
@@ -662,17 +733,20 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
 
     def start_compute(g: int, i: int, t: float) -> None:
         """Op i's compute (its duration less the inline flows') starts, with the flows of the compute phase;
-        a last backward releases its chunk's DP sync ``dp_overlap_fraction`` of the op before the compute ends."""
+        once every group's last backward of a chunk started, each of its buckets is released ``1 − ready_at``
+        of the op before its compute ends (not before the compute starts), the latest over the groups."""
         st = state[g]
         start_flows(g, i, t, "compute")
         compute_end = t + (st["dur"][i] - st["inline"][i])
         heapq.heappush(events, (compute_end, _COMPUTED, g, i))
         if i in is_last:
             s, c = is_last[i]
-            release[s, c] = max(release[s, c], t, compute_end - overlap * st["dur"][i])
-            released[s, c] += 1
-            if released[s, c] == len(state):
-                heapq.heappush(events, (float(release[s, c]), _RELEASED, s, c))
+            seen = last_ops.setdefault((s, c), [])
+            seen.append((t, compute_end, st["dur"][i]))
+            if len(seen) == len(state):
+                for j in chunk_jobs[s, c]:
+                    ready = max(max(t0, end - (1.0 - ready_at[j]) * dur) for t0, end, dur in seen)
+                    heapq.heappush(events, (ready, _RELEASED, s, j))
 
     def start_op(g: int, i: int, t: float) -> None:
         """Op i starts: its inline flows (the exposed all-to-all its compute waits for) and the flows beside
@@ -724,11 +798,10 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
 
     def serve_dp(s: int, t: float) -> None:
         while dp_queue[s] and not dp_busy[s]:
-            c = dp_queue[s].pop(0)
-            dp_start[s, c] = dp_end[s, c] = t
-            alone = float(workload.dp_sync_s[s, c])
-            if alone > 0:
-                net.start(("dp", s, c), alone, _shares(workload.dp_sync_uses[s][c], alone))
+            j = dp_queue[s].popleft()
+            dp_start[j] = dp_end[j] = t
+            if dp_work[j] > 0:
+                net.start(("dp", s, j), dp_work[j], dp_uses[s, chunk_of_job[j]])
                 dp_busy[s] = True
 
     def part_done(g: int, i: int, t: float) -> None:
@@ -757,7 +830,7 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
                 heapq.heappush(events, (t + st["latency"][r], _ARRIVED, a, b))
                 send_next(a, r, t)
             else:
-                dp_end[a, b], dp_busy[a] = t, False
+                dp_end[b], dp_busy[a] = t, False
                 serve_dp(a, t)
         while events and events[0][0] <= t:
             _, kind, a, b = heapq.heappop(events)

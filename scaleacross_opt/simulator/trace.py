@@ -45,11 +45,14 @@ def trace_events(result: SimResult, workload: StepWorkload) -> list[dict[str, ob
             meta(pid, None, "process_name", f"{timeline.name} stage {s} ({group.stage_building[s]})")
             meta(pid, 0, "thread_name", "compute")
             meta(pid, 1, "thread_name", "dp-comm")
-            for c in range(graph.virtual_stages):
-                span(pid, 1, f"dp-sync chunk {c}", result.dp_start_s[s, c], result.dp_end_s[s, c], {"chunk": c})
+            jobs = workload.dp_jobs
+            for j in np.flatnonzero(jobs.stage == s).tolist():
+                c, bucket = int(jobs.chunk[j]), round(float(jobs.needed_at[j] / jobs.part[j]))
+                args = {"chunk": c, "bucket": bucket}
+                span(pid, 1, f"dp-sync chunk {c} bucket {bucket}", result.dp_start_s[j], result.dp_end_s[j], args)
                 if result.gather_end_s.any():
-                    span(pid, 1, f"param-gather chunk {c}", result.gather_start_s[s, c], result.gather_end_s[s, c],
-                         {"chunk": c})
+                    span(pid, 1, f"param-gather chunk {c} bucket {bucket}", result.gather_start_s[j],
+                         result.gather_end_s[j], args)
             span(pid, 0, "optimizer", result.optimizer_start_s, result.optimizer_end_s, {})
         for i, (s, mb, c, k, t0, t1) in enumerate(zip(
             graph.stage.tolist(), graph.microbatch.tolist(), graph.chunk.tolist(), graph.position.tolist(),

@@ -50,7 +50,8 @@ class DpSync(StrEnum):
     """When a stage's data-parallel gradient sync starts."""
 
     # Bucketed: buckets reduce while the stage's last backward still runs (PyTorch DDP, Megatron-Core
-    # --overlap-grad-reduce, FSDP). Never slower than AFTER_BACKWARD in this model, so the optimizer uses it.
+    # --overlap-grad-reduce, FSDP). Slower than AFTER_BACKWARD only where the extra buckets' latency outlasts
+    # the backward they hide behind (the bucket size rule keeps them large), so the optimizer uses it.
     OVERLAP_BACKWARD = "overlap-backward"
     # One sync after the stage's last backward (Megatron-LM before --overlap-grad-reduce, Sept 2023).
     AFTER_BACKWARD = "after-backward"

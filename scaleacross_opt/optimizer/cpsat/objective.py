@@ -16,9 +16,10 @@ cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · c
 slowest building edge (dp: the edges between consecutive used buildings; pp+dp: the best pair) at the
 connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
 steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉, hierarchical #buildings−1);
-exposed ≥ one chunk's sync (the first stage's last chunk syncs after the pipeline ends) less the bucketed
-overlap with that chunk's last backward; ZeRO-1/2 gather the updated weights over the same ring after the
-optimizer: exposed ≥ that sync's time less the next step's first forward (< t_max / v).
+exposed ≥ one chunk's sync (the first stage's first chunk syncs after the pipeline ends) less that chunk's
+last backward op (its gradient buckets are released within it); ZeRO-1/2 gather the updated weights over
+the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's first forward of it
+(< t_max / v; the later chunks' gathers may hide behind the forwards before theirs).
 step ≥ pipeline + exposed DP + optimizer + exposed gather.
 """
 
@@ -255,19 +256,22 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # --- data-parallel gradient sync ---------------------------------------------------------------
     dp_total = _add_dp_sync(pv, coeffs, successors, groups)
     dp_exposed = _new(model, "dp_exposed_us")
-    overlap = int(SCALE * co.DP_BACKWARD_OVERLAP_FRACTION)
+    # A chunk's buckets are released within its last backward op (≤ t_max / v): at most that much of its sync
+    # hides behind it (``StepWorkload.dp_jobs``); the buckets' extra latency is left out (a lower bound).
+    overlap = SCALE
     v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
         v_lits = [lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
                   if vv == v]
         v_on = v_chunks[v] = model.NewBoolVar(f"v={v}")
         model.Add(v_on == sum(v_lits))
-        # one chunk's sync, less the part its buckets overlap with that chunk's last backward (≤ t_max/v)
+        # one chunk's sync, less its last backward op
         model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - overlap * t_max).OnlyEnforceIf(v_on)
 
     # ZeRO-1/2: the all-gather of the updated weights after the optimizer (the same ring, bf16 weights instead
-    # of the reduced gradients: ≥ WEIGHT/GRAD_REDUCE of the sync bound when that ratio is ≤ 1) overlaps only
-    # the next step's first forward of chunk 0 (< t_max / v).
+    # of the reduced gradients: ≥ WEIGHT/GRAD_REDUCE of the sync bound when that ratio is ≤ 1): the first
+    # stage's first chunk's gathers (one chunk's share) overlap only the next step's first forward of that
+    # chunk (< t_max / v).
     gather_exposed = _new(model, "dp_gather_exposed_us")
     gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
     ratio = min(1.0, co.WEIGHT_BYTES / co.GRAD_REDUCE_BYTES)
@@ -275,7 +279,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         for v, v_on in v_chunks.items():
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * v * ratio) * dp_total - overlap * t_max
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - overlap * t_max
                       ).OnlyEnforceIf([zero12, v_on])
 
     # --- optimizer step ----------------------------------------------------------------------------
