@@ -57,4 +57,3 @@ def test_zero3_gathers_shard_experts_over_the_expert_data_parallel_group() -> No
     assert _gather_pairs_us(pairs, ep=8, d=8) == [2 * 7 / 8 * 10.0]
     assert _gather_pairs_us(pairs, ep=2, d=8) == [2 * 7 / 8 * 10.0 + 2 * 3 / 4 * 100.0]
     assert _gather_pairs_us(pairs, ep=1, d=1) == [0.0]
-
