@@ -1005,13 +1005,19 @@ def sync_windows(workload: StepWorkload, group: PipelineGroup, bucketed: bool = 
     at = _positions(workload, group)
     jobs = workload.dp_jobs
     last = group.bwd_weight_s if get_schedule(workload.schedule).splits_backward else group.bwd_s
-    drain = np.zeros_like(last)
-    for (s, c), before in zip(at.chunks, np.concatenate([[0.0], np.cumsum(at.bwd_s)[:-1]]), strict=True):
-        drain[s, c] = before
-    window = drain[jobs.stage, jobs.chunk]
+    window = _sum_before(at, at.bwd_s, last.shape)[jobs.stage, jobs.chunk]
     if bucketed:
         window = window + (1.0 - jobs.ready_at) * last[jobs.stage, jobs.chunk]
     return window
+
+
+def _sum_before(at: _Positions, per_position: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """(pp, v) ``shape``: for each chunk, Σ of ``per_position`` (in ``at``'s forward model order) over the
+    positions below the chunk's."""
+    out = np.zeros(shape)
+    for (s, c), value in zip(at.chunks, np.concatenate([[0.0], np.cumsum(per_position)[:-1]]), strict=True):
+        out[s, c] = value
+    return out
 
 
 def _lateness(window: np.ndarray, work: np.ndarray) -> float:
@@ -1065,9 +1071,7 @@ def gather_windows(workload: StepWorkload) -> np.ndarray:
     windows = []
     for group in workload.groups:
         at = _positions(workload, group)
-        before = np.zeros_like(group.fwd_s)
-        for (s, c), value in zip(at.chunks, np.concatenate([[0.0], np.cumsum(at.fwd_s)[:-1]]), strict=True):
-            before[s, c] = value
+        before = _sum_before(at, at.fwd_s, group.fwd_s.shape)
         windows.append(before[jobs.stage, jobs.chunk] + jobs.needed_at * group.fwd_s[jobs.stage, jobs.chunk])
     return np.min(windows, axis=0)
 
