@@ -120,4 +120,5 @@ def test_real_plan_overlap_comes_from_the_timeline() -> None:
     after = bucketed.model_copy(update={"dp_sync": DpSync.AFTER_BACKWARD})
     est, sim = estimate(inst, bucketed), simulate(inst, bucketed)
     assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
+    assert sim.details["dp_buckets_per_chunk"] == build_workload(inst, bucketed).dp_buckets.tolist()
     assert sim.breakdown["exposed_dp_s"] < simulate(inst, after).breakdown["exposed_dp_s"]

@@ -74,6 +74,7 @@ def report_from_result(
         "exposed_comm_s": {"pp": breakdown["exposed_pp_s"], "dp": breakdown["exposed_dp_s"], **comm},
         "dp_sync_total_s": float(np.sum(workload.dp_sync_s)),
         "dp_gather_total_s": float(np.sum(workload.dp_gather_s)),
+        "dp_buckets_per_chunk": workload.dp_buckets.tolist(),  # [stage][chunk]: gradient buckets synced
         "resource_busy_s": dict(sorted(workload.resource_busy_s.items(), key=lambda kv: -kv[1])[:5]),
         "link_contention": {g.name: g.contended for g in result.groups},
         "simulated_ops": result.num_ops,
