@@ -289,10 +289,9 @@ def _load_instance_and_plan(instance_path: Path, plan_path: Path) -> tuple[Any, 
 
 def _plan_lines(plan: Any) -> list[str]:
     """The plan as evaluated (defaults filled in), so a hand-written plan shows what was assumed."""
-    lines = [f"plan           tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
-             f"v={plan.virtual_stages} mbs={plan.micro_batch_size} schedule={plan.schedule} "
-             f"recompute={plan.recompute.value} ZeRO-{plan.zero_stage} dp_sync={plan.dp_sync.value}"
-             + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else "")]
+    from .optimizer.summary import plan_decisions
+
+    lines = [f"plan           {plan_decisions(plan)}"]
     if plan.placement is not None:
         mode = plan.placement.cross_building.value
 

@@ -12,7 +12,16 @@ from test_cost_step import plan, two_buildings
 from scaleacross_opt.catalog import coefficients as co
 from scaleacross_opt.cost.layout import resolve
 from scaleacross_opt.cost.memory import stage_params
-from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s, exposed_gather_s, gather_windows
+from scaleacross_opt.cost.step import (
+    build_workload,
+    default_dp_bucket_params,
+    estimate,
+    exposed_dp_s,
+    exposed_gather_s,
+    gather_windows,
+)
+from scaleacross_opt.optimizer.neighbourhood import BUCKET_LADDER_BASE, Move, neighbours
+from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import CrossBuilding
@@ -122,3 +131,50 @@ def test_real_plan_overlap_comes_from_the_timeline() -> None:
     assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
     assert sim.details["dp_buckets_per_chunk"] == build_workload(inst, bucketed).dp_buckets.tolist()
     assert sim.breakdown["exposed_dp_s"] < simulate(inst, after).breakdown["exposed_dp_s"]
+
+
+def test_a_plan_sets_its_own_bucket_size() -> None:
+    """``Plan.dp_bucket_params`` replaces the default: ⌈params ÷ size⌉ buckets of the first chunk."""
+    inst = two_buildings()
+    base = plan(CrossBuilding.DP)
+    layout = resolve(inst, base)
+    held = stage_params(layout, 0)[0]
+    for size in (50_000_000, 200_000_000, 10**12):
+        sized = base.model_copy(update={"dp_bucket_params": size})
+        assert build_workload(inst, sized).dp_buckets[0, 0] == math.ceil((held.dense + held.expert) / size)
+    assert build_workload(inst, base.model_copy(update={"dp_bucket_params": 10**12})).dp_buckets.max() == 1
+
+
+def test_larger_buckets_pay_fewer_wan_latencies() -> None:
+    """Across a 30 ms link each of the default buckets pays the latency: buckets 16× the default cut the
+    simulated step, and the closed form stays below the simulator for each size."""
+    inst = two_buildings(latency_us=30_000.0)
+    base = plan(CrossBuilding.DP)
+    large = base.model_copy(update={"dp_bucket_params": 16 * default_dp_bucket_params(base)})
+    assert build_workload(inst, large).dp_buckets.max() < build_workload(inst, base).dp_buckets.max()
+    for candidate in (base, large):
+        assert estimate(inst, candidate).step_time_s <= simulate(inst, candidate).step_time_s * (1 + 1e-9)
+    assert simulate(inst, large).step_time_s < simulate(inst, base).step_time_s
+
+
+def test_the_search_moves_the_bucket_one_rung_and_never_below_the_default() -> None:
+    """Neighbours: the bucket one rung up or down the default × 4^k ladder; none under ZeRO-3; a placement
+    move that raises dp·cp past an explicit bucket resets it to the default."""
+    inst = two_buildings()
+    space = design_space(inst)
+    base = plan(CrossBuilding.DP)
+    default = default_dp_bucket_params(base)
+    sizes = {p.dp_bucket_params for p in neighbours(inst, space, base, (Move.SCHEDULE,))}
+    assert sizes == {None, BUCKET_LADDER_BASE * default}
+    up = base.model_copy(update={"dp_bucket_params": BUCKET_LADDER_BASE * default})
+    moved = {p.dp_bucket_params for p in neighbours(inst, space, up, (Move.SCHEDULE,))
+             if p.zero_stage == up.zero_stage and p.micro_batch_size == up.micro_batch_size}
+    assert {None, BUCKET_LADDER_BASE**2 * default} <= moved
+    zero3 = base.model_copy(update={"zero_stage": 3})
+    assert {p.dp_bucket_params for p in neighbours(inst, space, zero3, (Move.SCHEDULE,))} == {None}
+    explicit = base.model_copy(update={"dp_bucket_params": default + 1})
+    placed = neighbours(inst, space, explicit, (Move.PLACEMENT,))
+    assert any(other.dp > explicit.dp for other in placed)
+    for other in placed:
+        size = other.dp_bucket_params
+        assert size is None or size > default_dp_bucket_params(other)

@@ -482,16 +482,27 @@ class _DpSync:
     gather_uses: dict[str, float]
 
 
+def default_dp_bucket_params(plan: Plan) -> int:
+    """Megatron-Core's default gradient bucket: max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK·dp·cp)
+    parameters (``coefficients``)."""
+    return max(co.DP_BUCKET_MIN_PARAMS, co.DP_BUCKET_PARAMS_PER_RANK * plan.dp * plan.cp)
+
+
+def dp_bucket_params(plan: Plan) -> int:
+    """The plan's gradient bucket size (parameters): ``Plan.dp_bucket_params``, else the default."""
+    return plan.dp_bucket_params or default_dp_bucket_params(plan)
+
+
 def dp_buckets(layout: ResolvedPlan, stage: int, chunk: int, params: ParamCount) -> tuple[int, int]:
     """Buckets (dense, expert) chunk ``chunk`` of ``stage`` syncs its gradients in, one collective each (the
     expert gradients sit in their own buffer, over the expert-DP group; none where the chunk holds none):
     a layer each under ZeRO-3; else one when the sync follows the backward or for a stage's later chunks,
-    and ⌈params ÷ max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK·dp·cp)⌉ otherwise (``coefficients``)."""
+    and ⌈params ÷ ``dp_bucket_params``⌉ otherwise."""
     plan = layout.plan
     if plan.zero_stage >= 3:
         layers = len(layout.kinds[stage][chunk])
         return (layers if params.dense > 0 else 0), (layers if params.expert > 0 else 0)
-    size = max(co.DP_BUCKET_MIN_PARAMS, co.DP_BUCKET_PARAMS_PER_RANK * plan.dp * plan.cp)
+    size = dp_bucket_params(plan)
     whole = plan.dp_sync is DpSync.AFTER_BACKWARD or chunk > 0
 
     def count(held: float) -> int:

@@ -7,7 +7,10 @@ A *move* changes one decision and repairs only what it must:
   (every other allowed one, at its default counts); the split — one replica unit between two groups
   of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
-  mode, ZeRO stage, TP/GEMM overlap;
+  mode, ZeRO stage, TP/GEMM overlap, the gradient bucket one rung up or down the ladder
+  default × ``BUCKET_LADDER_BASE``^k, k = 0..``BUCKET_LADDER_RUNGS`` (ZeRO-0..2 with DP; no move goes
+  below Megatron-Core's default, which the CP-SAT bound assumes: a move that raises dp·cp past an
+  explicit bucket resets it to the default);
 - network (``Move.NETWORK``): one traffic class (intra- or cross-building) to another option of the space.
 
 Placements are built by ``optimizer.placement.build_placement`` with the per-building counts and the
@@ -29,13 +32,16 @@ from collections.abc import Iterator
 from enum import StrEnum
 from itertools import permutations
 
+from ..cost.step import default_dp_bucket_params
 from ..schedules import get_schedule
-from ..spec import CrossBuilding, Instance, NetworkConfig, Placement, Plan
+from ..spec import CrossBuilding, DpSync, Instance, NetworkConfig, Placement, Plan
 from ..validation.plan_checks import validate_plan
 from .placement import build_placement
 from .space import DesignSpace, divisors
 
 RANDOM_PLAN_TRIES = 200  # draws before random_plan gives up (most draws fail a divisibility rule)
+BUCKET_LADDER_BASE = 4  # gradient bucket sizes the search tries: Megatron-Core's default × 4^k ...
+BUCKET_LADDER_RUNGS = 3  # ... up to × 64 (2.6B parameters at the 40M floor: a whole stage of most models)
 PRODUCT_DEGREES = ("tp", "cp", "pp", "dp")
 
 
@@ -62,6 +68,7 @@ def neighbours(instance: Instance, space: DesignSpace, plan: Plan,
         for candidate in generators[kind](instance, space, plan):
             if candidate is None:
                 continue
+            candidate = _bucket_at_least_default(candidate)
             key = candidate.model_dump_json()
             if key != own and key not in found and not validate_plan(candidate, instance):
                 found[key] = candidate
@@ -293,6 +300,33 @@ def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Itera
     allowed = instance.search.tp_comm_overlap
     if allowed is None or (not plan.tp_comm_overlap) in allowed:
         yield _replaced(instance, plan, tp_comm_overlap=not plan.tp_comm_overlap)
+    yield from _bucket_moves(plan)
+
+
+def _bucket_rung(plan: Plan) -> int:
+    """k of ``plan``'s gradient bucket on the ladder default × BUCKET_LADDER_BASE^k (nearest rung)."""
+    if plan.dp_bucket_params is None:
+        return 0
+    ratio = plan.dp_bucket_params / default_dp_bucket_params(plan)
+    return max(0, round(math.log(ratio, BUCKET_LADDER_BASE)))
+
+
+def _bucket_moves(plan: Plan) -> Iterator[Plan]:
+    """The gradient bucket one rung up and one down (only where the sync is bucketed)."""
+    if plan.zero_stage >= 3 or plan.dp * plan.cp == 1 or plan.dp_sync is not DpSync.OVERLAP_BACKWARD:
+        return
+    rung = _bucket_rung(plan)
+    for k in (rung - 1, rung + 1):
+        if 0 <= k <= BUCKET_LADDER_RUNGS:
+            size = default_dp_bucket_params(plan) * BUCKET_LADDER_BASE**k if k else None
+            yield plan.model_copy(update={"dp_bucket_params": size})
+
+
+def _bucket_at_least_default(plan: Plan) -> Plan:
+    """``plan`` with an explicit bucket below the default (after dp·cp grew) reset to the default."""
+    if plan.dp_bucket_params is not None and plan.dp_bucket_params <= default_dp_bucket_params(plan):
+        return plan.model_copy(update={"dp_bucket_params": None})
+    return plan
 
 
 def _network_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iterator[Plan | None]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..spec import CrossBuilding, Instance, Plan, TrafficClassConfig
+from ..cost.step import dp_bucket_params
+from ..spec import CrossBuilding, DpSync, Instance, Plan, TrafficClassConfig
 from .result import SolveResult
 
 _WHY = {
@@ -11,6 +12,17 @@ _WHY = {
     CrossBuilding.PP: "pipelines span buildings; only stage-boundary activations cross, per micro-batch",
     CrossBuilding.PP_DP: "pipelines span groups of buildings and the groups sync gradients",
 }
+
+
+def plan_decisions(plan: Plan) -> str:
+    """Degrees, schedule, ZeRO stage, DP sync (its gradient bucket where bucketed) and TP overlap, one line."""
+    bucketed = plan.zero_stage < 3 and plan.dp * plan.cp > 1 and plan.dp_sync is DpSync.OVERLAP_BACKWARD
+    bucket = (f" bucket={dp_bucket_params(plan) / 1e6:,.0f}M params"
+              + (" (default)" if plan.dp_bucket_params is None else "")) if bucketed else ""
+    return (f"tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} v={plan.virtual_stages} "
+            f"mbs={plan.micro_batch_size} recompute={plan.recompute.value} ZeRO-{plan.zero_stage} "
+            f"schedule={plan.schedule} dp_sync={plan.dp_sync.value}{bucket}"
+            + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else ""))
 
 
 def summary_text(instance: Instance, result: SolveResult) -> str:
@@ -26,10 +38,7 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
     lines = [
         f"instance        {instance.name or '(unnamed)'}: {instance.num_gpus:,} GPUs, "
         f"{len(instance.cluster.buildings)} building(s), {instance.job.model_spec.name}",
-        f"plan            tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} "
-        f"v={plan.virtual_stages} mbs={plan.micro_batch_size} recompute={plan.recompute.value} "
-        f"ZeRO-{plan.zero_stage} schedule={plan.schedule} dp_sync={plan.dp_sync.value}"
-        + (f" tp_comm_overlap={str(plan.tp_comm_overlap).lower()}" if plan.tp > 1 else ""),
+        f"plan            {plan_decisions(plan)}",
         f"placement       {where} ({shares})",
         f"GPUs used       {_gpus_used(plan, instance)}",
         *([f"busiest        {busiest}"] if (busiest := _busiest(report.details)) else []),

@@ -112,6 +112,14 @@ class Plan(StrictModel):
     dp_sync: DpSync = Field(
         default=DpSync.OVERLAP_BACKWARD, description="Whether DP gradient sync overlaps the last backward."
     )
+    dp_bucket_params: int | None = Field(
+        default=None, ge=1, le=B.MAX_BUCKET_PARAMS,
+        description=(
+            "Gradient bucket size of the DP sync overlapping the backward, in parameters (Megatron-Core "
+            "--ddp-bucket-size; each bucket is one collective paying its own latency; ≤ 2^40). None: "
+            "Megatron-Core's default max(40M, 1M·dp·cp). The search tries the default × 4^k."
+        ),
+    )
     tp_comm_overlap: bool = Field(
         default=False,
         description=(
