@@ -20,8 +20,8 @@ from scaleacross_opt.cost.step import (
     exposed_gather_s,
     gather_windows,
 )
-from scaleacross_opt.optimizer.neighbourhood import BUCKET_LADDER_BASE, Move, neighbours
-from scaleacross_opt.optimizer.space import design_space
+from scaleacross_opt.optimizer.neighbourhood import Move, neighbours
+from scaleacross_opt.optimizer.space import BUCKET_LADDER_BASE, design_space
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import CrossBuilding

@@ -482,10 +482,20 @@ class _DpSync:
     gather_uses: dict[str, float]
 
 
+def megatron_bucket_params(dp_cp: int) -> int:
+    """Megatron-Core's default gradient bucket for a DP group of ``dp_cp`` ranks:
+    max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK·dp·cp) parameters (``coefficients``)."""
+    return max(co.DP_BUCKET_MIN_PARAMS, co.DP_BUCKET_PARAMS_PER_RANK * dp_cp)
+
+
 def default_dp_bucket_params(plan: Plan) -> int:
-    """Megatron-Core's default gradient bucket: max(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK·dp·cp)
-    parameters (``coefficients``)."""
-    return max(co.DP_BUCKET_MIN_PARAMS, co.DP_BUCKET_PARAMS_PER_RANK * plan.dp * plan.cp)
+    """The default gradient bucket of ``plan`` (``megatron_bucket_params`` of its dp·cp)."""
+    return megatron_bucket_params(plan.dp * plan.cp)
+
+
+def sizes_dp_buckets(plan: Plan) -> bool:
+    """Whether ``Plan.dp_bucket_params`` matters: ZeRO-0..2 with a DP group, the sync overlapping the backward."""
+    return plan.zero_stage < 3 and plan.dp * plan.cp > 1 and plan.dp_sync is DpSync.OVERLAP_BACKWARD
 
 
 def dp_bucket_params(plan: Plan) -> int:

@@ -45,6 +45,7 @@ class Coefficients:
     sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
     capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
+    synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
     intra_us_per_mib: dict[Transport, float]  # DP sync per MiB per GPU inside a building (bandwidth part)
     intra_hop_us: int  # one point-to-point hop inside a building
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
@@ -185,7 +186,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
-    zero3_nic_pair, zero3_nic_step = {}, {}
+    zero3_nic_pair, zero3_nic_step, synced_params = {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic: dict[tuple[int, int], bool] = {}
@@ -223,6 +224,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         synced = min(p.dense + (p.expert if shape.ep == 1 else 0.0)
                      for p in (layer_params(model, k, shape.tp, shape.ep) for k in kinds))
         grad[shape] = int(synced * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
+        synced_params[shape] = synced
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
         sharding = (shape.tp, shape.ep)
@@ -280,6 +282,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
+        synced_params_per_layer=synced_params,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
         layer_grad_mib=min(layer_params(model, k, 1, 1).dense for k in kinds) * co.GRAD_REDUCE_BYTES / 2 / MIB,

@@ -5,7 +5,7 @@ Enumerates exactly the plans the CP-SAT model can express — degrees, schedule,
 every layer split of its family (per-building stage sizes and the LM-head stage; the excess over the
 model's layers, less than the number of other stages, trimmed one layer each from the first stages),
 pp+dp groupings (every partition into groups, stage and replica splits, one even layer split),
-network settings — with the same
+network settings, and the gradient bucket sizes (which the model's bound covers) — with the same
 pins for settings that cannot matter (cross-building settings when nothing crosses, the cross
 algorithm unless DP crosses, the schedule when pp = 1). Structural rules are applied here; memory
 is left to the validator.
@@ -166,10 +166,12 @@ def enumerate_plans(instance: Instance, space: DesignSpace) -> Iterator[Plan]:
                                         micro_batch_size=shape.micro_batch_size, schedule=name,
                                         recompute=shape.recompute, zero_stage=zero, placement=placement,
                                         network=networks, tp_comm_overlap=space.tp_comm_overlap)
-                            key = plan.model_dump_json()
-                            if key not in seen:
-                                seen.add(key)
-                                yield plan
+                            for size in space.bucket_sizes(plan):
+                                sized = plan.model_copy(update={"dp_bucket_params": size})
+                                key = sized.model_dump_json()
+                                if key not in seen:
+                                    seen.add(key)
+                                    yield sized
 
 
 def _networks(mode, intra_algs, intra_transports, cross_algs, cross_transports) -> Iterator[NetworkConfig]:

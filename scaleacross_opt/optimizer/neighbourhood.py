@@ -7,10 +7,9 @@ A *move* changes one decision and repairs only what it must:
   (every other allowed one, at its default counts); the split — one replica unit between two groups
   of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
-  mode, ZeRO stage, TP/GEMM overlap, the gradient bucket one rung up or down the ladder
-  default × ``BUCKET_LADDER_BASE``^k, k = 0..``BUCKET_LADDER_RUNGS`` (ZeRO-0..2 with DP; no move goes
-  below Megatron-Core's default, which the CP-SAT bound assumes: a move that raises dp·cp past an
-  explicit bucket resets it to the default);
+  mode, ZeRO stage, TP/GEMM overlap, the gradient bucket to the next size of ``DesignSpace.bucket_sizes``
+  up or down (no move goes below Megatron-Core's default, which the CP-SAT bound assumes: a move that
+  raises dp·cp past an explicit bucket resets it to the default);
 - network (``Move.NETWORK``): one traffic class (intra- or cross-building) to another option of the space.
 
 Placements are built by ``optimizer.placement.build_placement`` with the per-building counts and the
@@ -32,16 +31,14 @@ from collections.abc import Iterator
 from enum import StrEnum
 from itertools import permutations
 
-from ..cost.step import default_dp_bucket_params
+from ..cost.step import default_dp_bucket_params, dp_bucket_params
 from ..schedules import get_schedule
-from ..spec import CrossBuilding, DpSync, Instance, NetworkConfig, Placement, Plan
+from ..spec import CrossBuilding, Instance, NetworkConfig, Placement, Plan
 from ..validation.plan_checks import validate_plan
 from .placement import build_placement
 from .space import DesignSpace, divisors
 
 RANDOM_PLAN_TRIES = 200  # draws before random_plan gives up (most draws fail a divisibility rule)
-BUCKET_LADDER_BASE = 4  # gradient bucket sizes the search tries: Megatron-Core's default × 4^k ...
-BUCKET_LADDER_RUNGS = 3  # ... up to × 64 (2.6B parameters at the 40M floor: a whole stage of most models)
 PRODUCT_DEGREES = ("tp", "cp", "pp", "dp")
 
 
@@ -300,26 +297,20 @@ def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Itera
     allowed = instance.search.tp_comm_overlap
     if allowed is None or (not plan.tp_comm_overlap) in allowed:
         yield _replaced(instance, plan, tp_comm_overlap=not plan.tp_comm_overlap)
-    yield from _bucket_moves(plan)
+    yield from _bucket_moves(space, plan)
 
 
-def _bucket_rung(plan: Plan) -> int:
-    """k of ``plan``'s gradient bucket on the ladder default × BUCKET_LADDER_BASE^k (nearest rung)."""
-    if plan.dp_bucket_params is None:
-        return 0
-    ratio = plan.dp_bucket_params / default_dp_bucket_params(plan)
-    return max(0, round(math.log(ratio, BUCKET_LADDER_BASE)))
-
-
-def _bucket_moves(plan: Plan) -> Iterator[Plan]:
-    """The gradient bucket one rung up and one down (only where the sync is bucketed)."""
-    if plan.zero_stage >= 3 or plan.dp * plan.cp == 1 or plan.dp_sync is not DpSync.OVERLAP_BACKWARD:
+def _bucket_moves(space: DesignSpace, plan: Plan) -> Iterator[Plan]:
+    """The gradient bucket at the next size of the space up and down (the nearest one where the plan's is
+    not on the ladder)."""
+    sizes = space.bucket_sizes(plan)
+    if len(sizes) < 2:
         return
-    rung = _bucket_rung(plan)
-    for k in (rung - 1, rung + 1):
-        if 0 <= k <= BUCKET_LADDER_RUNGS:
-            size = default_dp_bucket_params(plan) * BUCKET_LADDER_BASE**k if k else None
-            yield plan.model_copy(update={"dp_bucket_params": size})
+    default, current = default_dp_bucket_params(plan), dp_bucket_params(plan)
+    here = min(range(len(sizes)), key=lambda i: abs(math.log((sizes[i] or default) / current)))
+    for i in (here - 1, here + 1):
+        if 0 <= i < len(sizes):
+            yield plan.model_copy(update={"dp_bucket_params": sizes[i]})
 
 
 def _bucket_at_least_default(plan: Plan) -> Plan:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from ..catalog.network import QPS_CHOICES, WINDOW_KIB_CHOICES
+from ..cost.step import default_dp_bucket_params, sizes_dp_buckets
 from ..schedules import get_schedule, schedule_names
 from ..spec import (
     CollectiveAlgorithm,
@@ -21,6 +22,7 @@ from ..spec import (
     Instance,
     LoadBalancing,
     LossRecovery,
+    Plan,
     Recompute,
     TrafficClassConfig,
 )
@@ -32,6 +34,11 @@ DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
 # nothing over it under pipelining (grads are accumulated across micro-batches); ZeRO-3 trades
 # weight all-gathers for memory. ZeRO-0 is kept only when a search section asks for it.
 DEFAULT_ZERO_STAGES = (1, 3)
+# Gradient bucket sizes (``Plan.dp_bucket_params``): Megatron-Core's default × BUCKET_LADDER_BASE^k for k in
+# DEFAULT_BUCKET_RUNGS, up to × 64 (2.6B parameters at the 40M floor: a whole stage of most models in one
+# bucket). Never below the default: smaller buckets only add latency, and the CP-SAT bound assumes it.
+BUCKET_LADDER_BASE = 4
+DEFAULT_BUCKET_RUNGS = (0, 1, 2, 3)
 
 
 def divisors(n: int) -> list[int]:
@@ -73,6 +80,15 @@ class DesignSpace:
     cross_network: tuple[TrafficClassConfig, ...]
     # one value: overlapping TP collectives with their GEMMs never costs more in the cost model
     tp_comm_overlap: bool = True
+    bucket_rungs: tuple[int, ...] = DEFAULT_BUCKET_RUNGS  # gradient bucket = the default × BASE^k
+
+    def bucket_sizes(self, plan: Plan) -> list[int | None]:
+        """The gradient bucket sizes ``plan`` may take, smallest first (None: the default; [None] where
+        the size does not matter)."""
+        if not sizes_dp_buckets(plan):
+            return [None]
+        default = default_dp_bucket_params(plan)
+        return [default * BUCKET_LADDER_BASE**k if k else None for k in sorted(self.bucket_rungs)]
 
     def size(self) -> int:
         """Combinations of the option lists: shard shapes × pp × (schedule, v) × ZeRO × cross-building

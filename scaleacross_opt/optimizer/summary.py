@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..cost.step import dp_bucket_params
-from ..spec import CrossBuilding, DpSync, Instance, Plan, TrafficClassConfig
+from ..cost.step import dp_bucket_params, sizes_dp_buckets
+from ..spec import CrossBuilding, Instance, Plan, TrafficClassConfig
 from .result import SolveResult
 
 _WHY = {
@@ -16,9 +16,8 @@ _WHY = {
 
 def plan_decisions(plan: Plan) -> str:
     """Degrees, schedule, ZeRO stage, DP sync (its gradient bucket where bucketed) and TP overlap, one line."""
-    bucketed = plan.zero_stage < 3 and plan.dp * plan.cp > 1 and plan.dp_sync is DpSync.OVERLAP_BACKWARD
     bucket = (f" bucket={dp_bucket_params(plan) / 1e6:,.0f}M params"
-              + (" (default)" if plan.dp_bucket_params is None else "")) if bucketed else ""
+              + (" (default)" if plan.dp_bucket_params is None else "")) if sizes_dp_buckets(plan) else ""
     return (f"tp={plan.tp} cp={plan.cp} pp={plan.pp} dp={plan.dp} ep={plan.ep} v={plan.virtual_stages} "
             f"mbs={plan.micro_batch_size} recompute={plan.recompute.value} ZeRO-{plan.zero_stage} "
             f"schedule={plan.schedule} dp_sync={plan.dp_sync.value}{bucket}"

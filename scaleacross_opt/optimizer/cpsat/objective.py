@@ -20,6 +20,10 @@ exposed ≥ one chunk's sync (the first stage's first chunk syncs after the pipe
 last backward op (its gradient buckets are released within it); ZeRO-1/2 gather the updated weights over
 the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's first forward of it
 (< t_max / v; the later chunks' gathers may hide behind the forwards before theirs).
+Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
+layer under ZeRO-3, else ≥ min(chunk, half a default bucket), valid for every bucket ≥ Megatron's default):
+exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
+ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the next step's first op).
 step ≥ pipeline + exposed DP + optimizer + exposed gather.
 """
 
@@ -33,15 +37,17 @@ from itertools import product
 from ortools.sat.python import cp_model
 
 from ...catalog import coefficients as co
+from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ..coefficients import Coefficients, node_gpus, pairings
 from ..space import Shape
-from .variables import OneHot, PlanVars
+from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
 V_SHAPE_CHAIN = SCALE // 8  # chain share for V-shaped schedules: chunk 0 (½ the layers) × forward (≥ ¼)
 HORIZON_US = 10**11  # ~28 hours: larger than any step, small enough that scaled sums stay in int64
+BUCKET_STEPS = 16  # the last gradient bucket's size is counted in 1/16 layers (rounded down)
 
 
 def _new(model: cp_model.CpModel, name: str, upper: int = HORIZON_US) -> cp_model.IntVar:
@@ -254,24 +260,34 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
-    dp_total = _add_dp_sync(pv, coeffs, successors, groups)
+    v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
+    for v in sorted({v for _, v in pv.schedule_chunks.values}):
+        v_on = v_chunks[v] = model.NewBoolVar(f"v={v}")
+        model.Add(v_on == sum(lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
+                                                          strict=True) if vv == v))
+    sync_layers = _sync_layers(pv)
+    bucket_layers = _last_bucket_layers(pv, coeffs, groups, sync_layers, v_chunks)
+    spans = [("dp_sync", sync_layers, 1)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
+                                             if bucket_layers is not None else [])
+    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans)
     dp_exposed = _new(model, "dp_exposed_us")
     # A chunk's buckets are released within its last backward op (≤ t_max / v): at most that much of its sync
     # hides behind it (``StepWorkload.dp_jobs``); the buckets' extra latency is left out (a lower bound).
-    overlap = SCALE
-    v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
-    for v in sorted({v for _, v in pv.schedule_chunks.values}):
-        v_lits = [lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
-                  if vv == v]
-        v_on = v_chunks[v] = model.NewBoolVar(f"v={v}")
-        model.Add(v_on == sum(v_lits))
-        # one chunk's sync, less its last backward op
-        model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - overlap * t_max).OnlyEnforceIf(v_on)
+    for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
+        model.Add(v * dp_exposed >= dp_total - t_max).OnlyEnforceIf(v_on)
+    # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
+    # last bucket as it ends: that bucket is exposed whole.
+    unsplit = model.NewBoolVar("backward_not_split")
+    model.Add(unsplit == sum(lit for (name, _), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
+                                                           strict=True) if not get_schedule(name).splits_backward))
+    for bucket in last_bucket:
+        model.Add(dp_exposed >= bucket).OnlyEnforceIf(unsplit)
 
     # ZeRO-1/2: the all-gather of the updated weights after the optimizer (the same ring, bf16 weights instead
     # of the reduced gradients: ≥ WEIGHT/GRAD_REDUCE of the sync bound when that ratio is ≤ 1): the first
     # stage's first chunk's gathers (one chunk's share) overlap only the next step's first forward of that
-    # chunk (< t_max / v).
+    # chunk (< t_max / v); and the gathers start after the optimizer, which follows the last sync, so the
+    # first bucket of that chunk, which the next step's first op needs, is exposed whole (any schedule).
     gather_exposed = _new(model, "dp_gather_exposed_us")
     gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
     ratio = min(1.0, co.WEIGHT_BYTES / co.GRAD_REDUCE_BYTES)
@@ -279,8 +295,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         for v, v_on in v_chunks.items():
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - overlap * t_max
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - SCALE * t_max
                       ).OnlyEnforceIf([zero12, v_on])
+        for bucket in last_bucket:
+            model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * bucket).OnlyEnforceIf(zero12)
 
     # --- optimizer step ----------------------------------------------------------------------------
     optimizer = _new(model, "optimizer_us")
@@ -556,21 +574,12 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
-def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                 groups: DpGroups) -> cp_model.IntVar:
-    """Lower bound of one step's gradient sync time if nothing overlapped (µs)."""
+def _sync_layers(pv: PlanVars) -> cp_model.IntVar:
+    """Layers of the first stage whose gradients sync after the pipeline ends: at least min_b layers[b] − 1
+    (the first stage finishes its backward last; the layer split may trim it by one)."""
     model = pv.model
-    buildings = pv.instance.cluster.buildings
-    dp_total = _new(model, "dp_total_us")
-    intra = _new(model, "dp_intra_us")
-    intra_latency = _new(model, "dp_intra_latency_us")
-    grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
-    per_layer = _new(model, "grad_kib_per_layer", max(grad_weights))
-    model.Add(per_layer == pv.shape.linear(grad_weights))
-    # The first stage finishes its backward last; its gradients (at least min_b layers[b] − 1 layers: the
-    # layer split may trim it by one) sync after the pipeline ends.
     layers_total = pv.instance.job.model_spec.layers
-    held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in buildings]
+    held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in pv.instance.cluster.buildings]
     for b, var in enumerate(held):
         model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
         model.Add(var == layers_total).OnlyEnforceIf(pv.used[b].Not())
@@ -578,7 +587,48 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
     model.AddMinEquality(fewest, held)
     sync_layers = _new(model, "sync_layers", layers_total)
     model.AddMaxEquality(sync_layers, [0, fewest - 1])
-    grad_kib = _product(model, "grad_kib", sync_layers, per_layer)
+    return sync_layers
+
+
+def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sync_layers: cp_model.IntVar,
+                        v_chunks: dict[int, cp_model.IntVar]) -> cp_model.IntVar | None:
+    """BUCKET_STEPS × the layers' worth of gradients in the first stage's last bucket (of its first chunk,
+    the one whose backward ends the pipeline), rounded down; None for MoE models (dense and expert buffers
+    bucket apart). ZeRO-3: one layer. ZeRO-0..2: a chunk of P ≥ ℓ/v layers' parameters in buckets of
+    B ≥ Megatron's default (the search never goes below it) holds P / ⌈P/B⌉ ≥ min(P, B/2) per bucket
+    (the stage's embedding only adds to P), i.e. ≥ min(ℓ/v, B / (2·params per layer)) layers."""
+    if coeffs.model_expert_param_mib > 0:
+        return None
+    model = pv.model
+    top = BUCKET_STEPS * pv.instance.job.model_spec.layers
+    chunk = _new(model, "first_chunk_layers_steps", top)  # ⌊BUCKET_STEPS·ℓ/v⌋
+    for v, v_on in v_chunks.items():
+        model.Add(v * chunk >= BUCKET_STEPS * sync_layers - (v - 1)).OnlyEnforceIf(v_on)
+    bucket = _new(model, "bucket_layers_steps", top)  # ≥ the bucket's layers at the plan's (shape, n, ZeRO)
+    zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
+    if zero3 is not None:
+        model.Add(bucket >= BUCKET_STEPS).OnlyEnforceIf(zero3)
+    for shape, shape_lit in zip(pv.shape.values, pv.shape.lits, strict=True):
+        per_layer = coeffs.synced_params_per_layer[shape]
+        for n, n_lit in groups:
+            steps = min(top, int(BUCKET_STEPS * megatron_bucket_params(n) / 2 / per_layer))
+            when = [shape_lit, n_lit] + ([zero3.Not()] if zero3 is not None else [])
+            model.Add(bucket >= steps).OnlyEnforceIf(when)
+    last = _new(model, "last_bucket_layers_steps", top)
+    model.AddMinEquality(last, [chunk, bucket])
+    return last
+
+
+def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]]) -> list[cp_model.IntVar]:
+    """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
+    stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once)."""
+    model = pv.model
+    buildings = pv.instance.cluster.buildings
+    intra_latency = _new(model, "dp_intra_latency_us")
+    grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
+    per_layer = _new(model, "grad_kib_per_layer", max(grad_weights))
+    model.Add(per_layer == pv.shape.linear(grad_weights))
     several = []
     for b, building in enumerate(buildings):
         lit = model.NewBoolVar(f"replicas>=2[{building.name}]")
@@ -598,50 +648,70 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
             for mode_lit in whole_group:
                 model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf([alg_lit, d_lit, mode_lit,
                                                                                       all_several])
+    crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
+                if mode in pv.mode.values]
+    crosses = bool(crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
+    # A flat ring's tp groups hold one connection per DP member of an NVLink domain at the building edge (≤ the
+    # domain's GPUs together); hierarchical outer rings one per GPU of the stage (≤ the larger end's GPUs).
+    edges = [] if not crosses else [
+        (transport, lit,
+         _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_flat_route_us_per_mib[transport],
+                                    f"flat[{t}]", successors),
+         _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport],
+                                    f"hierarchical[{t}]", successors))
+        for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True))]
+    return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges)
+            for span in spans]
+
+
+def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple[str, cp_model.IntVar, int],
+               per_layer: cp_model.IntVar, intra_latency: cp_model.IntVar, all_several: cp_model.IntVar,
+               whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
+               edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]) -> cp_model.IntVar:
+    """One span of ``_add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
+    building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm."""
+    model = pv.model
+    name, layers, per = span
+    total = _new(model, f"{name}_total_us")
+    intra = _new(model, f"{name}_intra_us")
+    grad_kib = _product(model, f"{name}_grad_kib", layers, per_layer)  # × per
     for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
         base = int(SCALE * coeffs.intra_us_per_mib[transport])
-        model.Add(1024 * SCALE * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])
+        model.Add(1024 * SCALE * per * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])
         for d, d_lit in groups:  # the DP group is within one building
             per_mib = int(SCALE * coeffs.intra_us_per_mib[transport] * ring_factor(d))
             for mode_lit in whole_group:
-                model.Add(1024 * SCALE * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
-                                                                                     mode_lit])
-    model.Add(dp_total >= intra + intra_latency)
-    crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
-                if mode in pv.mode.values]
-    if not crossing or pv.cross_transport is None or pv.cross_algorithm is None:
-        return dp_total
-    cross = _new(model, "dp_cross_us")
+                model.Add(1024 * SCALE * per * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
+                                                                                           mode_lit])
+    model.Add(total >= intra + intra_latency)
+    if not edges:
+        return total
+    assert pv.cross_algorithm is not None
+    cross = _new(model, f"{name}_cross_us")
     # Reduce-scatter of the gradients over the dp·cp ranks (ZeRO-1/2 gather the weights after the optimizer):
     # ring volume 2(n−1)/n × its n = 2 coefficient; (n−1) latency steps for a flat ring, ⌈log2 n⌉ for
     # tree / PAT, (#buildings − 1) for the hierarchical outer ring (pp+dp: ≥ 1, the stage's ring joins ≥ 2
     # groups). The stages share the route, but the other stages' syncs may end during the drain: only the
     # first stage's layers (whole layers: all its TP groups cross) are bounded, over the route's best goodput.
-    for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
+    for t, (transport, lit, flat_edge, wide_edge) in enumerate(edges):
         hop = coeffs.cross_hop_us[transport]
-        # a flat ring's tp groups hold one connection per DP member of an NVLink domain at the building edge (≤ the
-        # domain's GPUs together); hierarchical outer rings one per GPU of the stage (≤ the larger end's GPUs)
-        flat_layers_us = _product(model, f"flat_sync_layers_us[{t}]", _slowest_edge_us_per_layer(
-            pv, coeffs.layer_grad_mib, coeffs.pair_flat_route_us_per_mib[transport], f"flat[{t}]", successors),
-            sync_layers)
-        wide_layers_us = _product(model, f"hierarchical_sync_layers_us[{t}]", _slowest_edge_us_per_layer(
-            pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport], f"hierarchical[{t}]", successors),
-            sync_layers)
+        flat_layers_us = _product(model, f"{name}_flat_layers_us[{t}]", flat_edge, layers)  # × per
+        wide_layers_us = _product(model, f"{name}_hierarchical_layers_us[{t}]", wide_edge, layers)  # × per
         for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
             steps = coeffs.cross_algorithm_steps[algorithm]
             for mode, mode_lit in crossing:
                 when = [mode_lit, lit, alg_lit]
                 if steps == "buildings":
                     outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
-                    model.Add(cross >= wide_layers_us + hop * outer).OnlyEnforceIf(when)
+                    model.Add(per * cross >= wide_layers_us + per * hop * outer).OnlyEnforceIf(when)
                     continue
                 for d, d_lit in groups:
                     latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
-                    model.Add(SCALE * cross >= int(SCALE * ring_factor(d)) * flat_layers_us + SCALE * latency
-                              ).OnlyEnforceIf([*when, d_lit])
-    model.Add(dp_total >= cross)
+                    model.Add(SCALE * per * cross >= int(SCALE * ring_factor(d)) * flat_layers_us
+                              + SCALE * per * latency).OnlyEnforceIf([*when, d_lit])
+    model.Add(total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:
         for _, mode_lit in crossing:
-            model.Add(dp_total >= intra + cross).OnlyEnforceIf([mode_lit, pv.cross_algorithm.lit(hierarchical)])
-    return dp_total
+            model.Add(total >= intra + cross).OnlyEnforceIf([mode_lit, pv.cross_algorithm.lit(hierarchical)])
+    return total
