@@ -23,7 +23,8 @@ CALLS = 12  # simulator-call budget of the searches in these tests (a generous w
 TINY_SEARCH = {"search.tp_degrees": [4, 8], "search.pp_degrees": [1, 2], "search.micro_batch_sizes": [1],
                "search.virtual_stages": [1], "search.schedules": ["1f1b"], "search.recompute": ["none"],
                "search.collective_algorithms": ["ring"], "search.load_balancing": ["ecmp"],
-               "search.loss_recovery": ["go_back_n"], "search.qps_per_connection": [1]}
+               "search.loss_recovery": ["go_back_n"], "search.qps_per_connection": [1],
+               "search.dp_bucket_factors": [1]}
 
 
 def test_registry_names_and_kinds() -> None:

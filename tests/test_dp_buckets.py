@@ -21,7 +21,7 @@ from scaleacross_opt.cost.step import (
     gather_windows,
 )
 from scaleacross_opt.optimizer.neighbourhood import Move, neighbours
-from scaleacross_opt.optimizer.space import BUCKET_LADDER_BASE, design_space
+from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import CrossBuilding
@@ -158,18 +158,18 @@ def test_larger_buckets_pay_fewer_wan_latencies() -> None:
 
 
 def test_the_search_moves_the_bucket_one_rung_and_never_below_the_default() -> None:
-    """Neighbours: the bucket one rung up or down the default × 4^k ladder; none under ZeRO-3; a placement
+    """Neighbours: the bucket one size up or down the space's multiples of the default; none under ZeRO-3; a placement
     move that raises dp·cp past an explicit bucket resets it to the default."""
     inst = two_buildings()
     space = design_space(inst)
     base = plan(CrossBuilding.DP)
     default = default_dp_bucket_params(base)
     sizes = {p.dp_bucket_params for p in neighbours(inst, space, base, (Move.SCHEDULE,))}
-    assert sizes == {None, BUCKET_LADDER_BASE * default}
-    up = base.model_copy(update={"dp_bucket_params": BUCKET_LADDER_BASE * default})
+    assert sizes == {None, 4 * default}
+    up = base.model_copy(update={"dp_bucket_params": 4 * default})
     moved = {p.dp_bucket_params for p in neighbours(inst, space, up, (Move.SCHEDULE,))
              if p.zero_stage == up.zero_stage and p.micro_batch_size == up.micro_batch_size}
-    assert {None, BUCKET_LADDER_BASE**2 * default} <= moved
+    assert {None, 16 * default} <= moved
     zero3 = base.model_copy(update={"zero_stage": 3})
     assert {p.dp_bucket_params for p in neighbours(inst, space, zero3, (Move.SCHEDULE,))} == {None}
     explicit = base.model_copy(update={"dp_bucket_params": default + 1})

@@ -302,7 +302,7 @@ def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Itera
 
 def _bucket_moves(space: DesignSpace, plan: Plan) -> Iterator[Plan]:
     """The gradient bucket at the next size of the space up and down (the nearest one where the plan's is
-    not on the ladder)."""
+    not among them)."""
     sizes = space.bucket_sizes(plan)
     if len(sizes) < 2:
         return

@@ -34,11 +34,10 @@ DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
 # nothing over it under pipelining (grads are accumulated across micro-batches); ZeRO-3 trades
 # weight all-gathers for memory. ZeRO-0 is kept only when a search section asks for it.
 DEFAULT_ZERO_STAGES = (1, 3)
-# Gradient bucket sizes (``Plan.dp_bucket_params``): Megatron-Core's default × BUCKET_LADDER_BASE^k for k in
-# DEFAULT_BUCKET_RUNGS, up to × 64 (2.6B parameters at the 40M floor: a whole stage of most models in one
-# bucket). Never below the default: smaller buckets only add latency, and the CP-SAT bound assumes it.
-BUCKET_LADDER_BASE = 4
-DEFAULT_BUCKET_RUNGS = (0, 1, 2, 3)
+# Gradient bucket sizes (``Plan.dp_bucket_params``) as multiples of Megatron-Core's default, up to × 64
+# (2.6B parameters at the 40M floor: a whole stage of most models in one bucket). Never below the default:
+# smaller buckets only add latency, and the CP-SAT bound assumes it.
+DEFAULT_BUCKET_FACTORS = (1, 4, 16, 64)
 
 
 def divisors(n: int) -> list[int]:
@@ -80,7 +79,7 @@ class DesignSpace:
     cross_network: tuple[TrafficClassConfig, ...]
     # one value: overlapping TP collectives with their GEMMs never costs more in the cost model
     tp_comm_overlap: bool = True
-    bucket_rungs: tuple[int, ...] = DEFAULT_BUCKET_RUNGS  # gradient bucket = the default × BASE^k
+    bucket_factors: tuple[int, ...] = DEFAULT_BUCKET_FACTORS  # gradient bucket = Megatron's default × factor
 
     def bucket_sizes(self, plan: Plan) -> list[int | None]:
         """The gradient bucket sizes ``plan`` may take, smallest first (None: the default; [None] where
@@ -88,7 +87,7 @@ class DesignSpace:
         if not sizes_dp_buckets(plan):
             return [None]
         default = default_dp_bucket_params(plan)
-        return [default * BUCKET_LADDER_BASE**k if k else None for k in sorted(self.bucket_rungs)]
+        return [default * factor if factor > 1 else None for factor in sorted(set(self.bucket_factors))]
 
     def size(self) -> int:
         """Combinations of the option lists: shard shapes × pp × (schedule, v) × ZeRO × cross-building
@@ -189,4 +188,5 @@ def design_space(instance: Instance) -> DesignSpace:
         intra_network=_network_options(instance, cross=False),
         cross_network=_network_options(instance, cross=True) if multi else (),
         tp_comm_overlap=search.tp_comm_overlap is None or True in search.tp_comm_overlap,
+        bucket_factors=tuple(search.dp_bucket_factors or DEFAULT_BUCKET_FACTORS),
     )

@@ -55,6 +55,7 @@ MAX_MICRO_BATCH_SIZE = MAX_GLOBAL_BATCH_SIZE
 MAX_VIRTUAL_STAGES = MAX_LAYERS  # each model chunk holds at least one layer
 MAX_BUILDING_GROUP = MAX_GPUS  # pipeline-group index in a pp+dp placement
 MAX_BUCKET_PARAMS = 1 << 40  # 1.1T parameters per gradient bucket: a whole 1T-parameter model in one bucket
+MAX_BUCKET_FACTOR = 1 << 20  # 2^20 × the 40M default: beyond MAX_BUCKET_PARAMS
 MAX_QPS = 256  # queue pairs per connection (RDMA NICs offer a few hundred per flow set)
 MAX_WINDOW_KIB = 1 << 20  # 1 GiB outstanding per QP: > bandwidth × RTT of 1 Tb/s over 8 ms
 
@@ -106,6 +107,7 @@ WHY: dict[str, str] = {
     "qps_per_connection": "queue pairs a NIC offers per connection",
     "window_kib_per_qp": "1 GiB, above bandwidth × RTT of 1 Tb/s over 8 ms",
     "dp_bucket_params": "2^40, a whole 1T-parameter model in one bucket",
+    "dp_bucket_factors": "2^20 × the default bucket, beyond a whole 1T-parameter model",
     "zero_stages": "ZeRO stages are 0..3",
     "zero_stage": "ZeRO stages are 0..3",
     "loss_rate": "a probability below 1",

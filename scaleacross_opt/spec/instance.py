@@ -22,6 +22,7 @@ MicroBatchSize = Annotated[int, Field(ge=1, le=B.MAX_MICRO_BATCH_SIZE)]
 ZeroStage = Annotated[int, Field(ge=0, le=3)]
 Qps = Annotated[int, Field(ge=1, le=B.MAX_QPS)]
 WindowKib = Annotated[int, Field(ge=1, le=B.MAX_WINDOW_KIB)]
+BucketFactor = Annotated[int, Field(ge=1, le=B.MAX_BUCKET_FACTOR)]
 
 
 class SearchSpace(StrictModel):
@@ -50,6 +51,11 @@ class SearchSpace(StrictModel):
     qps_per_connection: list[Qps] | None = Field(default=None, description="Allowed QPs per connection (each 1..256).")
     window_kib_per_qp: list[WindowKib] | None = Field(
         default=None, description="Allowed windows per QP, KiB (each 1..2^20)."
+    )
+    dp_bucket_factors: list[BucketFactor] | None = Field(
+        default=None,
+        description="Gradient bucket sizes to try, as multiples of Megatron-Core's default max(40M, 1M·dp·cp) "
+        "parameters (each 1..2^20; default [1, 4, 16, 64]; never below the default).",
     )
     tp_comm_overlap: list[bool] | None = Field(
         default=None,

@@ -117,7 +117,8 @@ class Plan(StrictModel):
         description=(
             "Gradient bucket size of the DP sync overlapping the backward, in parameters (Megatron-Core "
             "--ddp-bucket-size; each bucket is one collective paying its own latency; ≤ 2^40). None: "
-            "Megatron-Core's default max(40M, 1M·dp·cp). The search tries the default × 4^k."
+            "Megatron-Core's default max(40M, 1M·dp·cp). The search tries the multiples of it in "
+            "search.dp_bucket_factors."
         ),
     )
     tp_comm_overlap: bool = Field(
