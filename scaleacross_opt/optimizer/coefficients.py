@@ -46,6 +46,7 @@ class Coefficients:
     capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
+    forward_share: float  # the largest fwd ÷ (fwd+bwd) of any layer kind or LM head, shape, GPU and transport
     intra_us_per_mib: dict[Transport, float]  # DP sync per MiB per GPU inside a building (bandwidth part)
     intra_hop_us: int  # one point-to-point hop inside a building
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
@@ -157,21 +158,25 @@ def pairings(space: DesignSpace) -> list[bool]:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> dict[bool, dict[LayerKind, float]]:
+             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
-    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``)."""
+    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); and
+    the largest forward share fwd ÷ (fwd+bwd) of any kind, transport and pairing."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
+    share = 0.0
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
         for pairs, per_kind in out.items():
             probe = next(name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs)
-            comm = min(sum(f + b for f, b in layer_comm(
-                instance, _probe_plan(shape, t.config, space.tp_comm_overlap, probe), building, kind).values())
-                for t in transports)
-            per_kind[kind] = compute.fwd_s + compute.bwd_s + comm
-    return out
+            comms = [layer_comm(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, probe), building,
+                                kind).values() for t in transports]
+            totals = [compute.fwd_s + compute.bwd_s + sum(f + b for f, b in comm) for comm in comms]
+            per_kind[kind] = min(totals)
+            share = max([share] + [(compute.fwd_s + sum(f for f, _ in comm)) / total
+                                   for comm, total in zip(comms, totals, strict=True) if total > 0])
+    return out, share
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -195,13 +200,16 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
         return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
+    forward_share = 0.0
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = dict.fromkeys(pairings(space), math.inf)
         for b in buildings:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
-            for pairs, per_kind in _layer_s(instance, shape, b, intra_transports, space).items():
+            times, layer_share = _layer_s(instance, shape, b, intra_transports, space)
+            forward_share = max(forward_share, layer_share, head.fwd_s / max(head.fwd_s + head.bwd_s, 1e-30))
+            for pairs, per_kind in times.items():
                 key = (shape, b.name, pairs)
                 layer_us[key] = int(min(per_kind.values()) * 1e6)
                 if len(per_kind) > 1:
@@ -282,7 +290,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
-        synced_params_per_layer=synced_params,
+        synced_params_per_layer=synced_params, forward_share=forward_share,
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
         layer_grad_mib=min(layer_params(model, k, 1, 1).dense for k in kinds) * co.GRAD_REDUCE_BYTES / 2 / MIB,

@@ -19,7 +19,8 @@ steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉
 exposed ≥ one chunk's sync (the first stage's first chunk syncs after the pipeline ends) less that chunk's
 last backward op (its gradient buckets are released within it); ZeRO-1/2 gather the updated weights over
 the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's first forward of it
-(< t_max / v; the later chunks' gathers may hide behind the forwards before theirs).
+(≤ φ·t_max / v, φ the largest forward share fwd ÷ (fwd+bwd) of any layer or LM head; the later chunks'
+gathers may hide behind the forwards before theirs).
 Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
 layer under ZeRO-3, else ≥ min(chunk, half a default bucket), valid for every bucket ≥ Megatron's default):
 exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
@@ -286,16 +287,18 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # ZeRO-1/2: the all-gather of the updated weights after the optimizer (the same ring, bf16 weights instead
     # of the reduced gradients: ≥ WEIGHT/GRAD_REDUCE of the sync bound when that ratio is ≤ 1): the first
     # stage's first chunk's gathers (one chunk's share) overlap only the next step's first forward of that
-    # chunk (< t_max / v); and the gathers start after the optimizer, which follows the last sync, so the
-    # first bucket of that chunk, which the next step's first op needs, is exposed whole (any schedule).
+    # chunk (≤ forward share × t_max / v); and the gathers start after the optimizer, which follows the last
+    # sync, so the first bucket of that chunk, which the next step's first op needs, is exposed whole (any
+    # schedule).
     gather_exposed = _new(model, "dp_gather_exposed_us")
     gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
     ratio = min(1.0, co.WEIGHT_BYTES / co.GRAD_REDUCE_BYTES)
     if gathering:
+        forward = math.ceil(SCALE * coeffs.forward_share)
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         for v, v_on in v_chunks.items():
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - SCALE * t_max
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - forward * t_max
                       ).OnlyEnforceIf([zero12, v_on])
         for bucket in last_bucket:
             model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * bucket).OnlyEnforceIf(zero12)
