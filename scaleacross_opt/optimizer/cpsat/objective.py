@@ -7,8 +7,10 @@ and pp·t_max ≥ every layer (at its kind's cost) + LM head on the fastest GPU 
 pipeline ≥ m·t_max + bubble + hops, with
   bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
-  hops = 2(pp−1)·intra hop + 2(#buildings−1)·cross hop (pp across; pp+dp: the fewest boundaries of any
-  group's pipeline): the first micro-batch's forward and the last one's backward traverse every boundary;
+  hops = 2(pp−1−k)·intra hop + 2k·cross hop, k = #buildings−1 (pp across; pp+dp: the fewest boundaries of
+  any group's pipeline; 0 otherwise): the first micro-batch's forward and the last one's backward traverse
+  every boundary; V-shaped schedules: the last stage starts after the first micro-batch's chunk-0 forward
+  crossed every boundary once (hops/2);
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
@@ -215,36 +217,46 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                  _product(model, f"layers*c_min[{b.name}]", pv.layers[i], fastest))
         for i, b in enumerate(buildings)] if pp_dp is not None else []
 
+    # hops: one forward and one backward traversal of the pipeline's boundaries (latency only): the fabric's
+    # hop inside a building, the route's where a boundary crosses buildings (pp: one per used building after
+    # the first, pp+dp: the fewest of any group's pipeline); hop_floor ≤ either, for the boundaries inside
+    crossing = (pp_mode is not None or pp_dp is not None) and pv.cross_transport is not None
+    hop_floor = min(coeffs.intra_hop_us, *coeffs.cross_hop_us.values()) if crossing else coeffs.intra_hop_us
     hops = _new(model, "hops_us")
-    model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1))
+    model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1))
+    for mode_lit in whole:
+        model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1)).OnlyEnforceIf(mode_lit)
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
-    if (pp_mode is not None or pp_dp is not None) and pv.cross_transport is not None:
+    if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
         # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)
-        cross_hops = _new(model, "cross_hops_us")
         for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-            hop = coeffs.cross_hop_us[transport]
+            extra = 2 * (coeffs.cross_hop_us[transport] - hop_floor)  # a crossing boundary instead of one inside
             if pp_dp is not None:
-                model.Add(cross_hops >= 2 * hop * pv.group_min_boundaries).OnlyEnforceIf([pp_dp, lit])
+                model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + extra * pv.group_min_boundaries
+                          ).OnlyEnforceIf([pp_dp, lit])
             if pp_mode is None:
                 continue
-            model.Add(cross_hops >= 2 * hop * (sum(pv.used) - 1)).OnlyEnforceIf([pp_mode, lit])
+            model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + extra * (sum(pv.used) - 1)
+                      ).OnlyEnforceIf([pp_mode, lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
-        model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1) + cross_hops)
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
             # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
-            # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W).
+            # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W), and every
+            # boundary once (hops / 2).
             for b in range(len(buildings)):
                 for mode_lit in whole:
-                    model.Add(SCALE * pipeline >= SCALE * m_regular + V_SHAPE_CHAIN * before_last_regular[b]
+                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_regular + SCALE * hops
+                              + 2 * V_SHAPE_CHAIN * before_last_regular[b]
                               ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
                 if pp_dp is not None:
-                    model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + V_SHAPE_CHAIN * before_last_regular[b]
+                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops
+                              + 2 * V_SHAPE_CHAIN * before_last_regular[b]
                               ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
