@@ -20,11 +20,12 @@ from scaleacross_opt.cost.step import (
     exposed_gather_s,
     gather_windows,
 )
-from scaleacross_opt.optimizer.neighbourhood import Move, neighbours
+from scaleacross_opt.optimizer.neighbourhood import Move, neighbours, place
 from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.simulator import simulate, simulate_workload
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import CrossBuilding
+from scaleacross_opt.spec import bounds as B
 from scaleacross_opt.spec.plan import DpSync
 
 
@@ -157,9 +158,10 @@ def test_larger_buckets_pay_fewer_wan_latencies() -> None:
     assert simulate(inst, large).step_time_s < simulate(inst, base).step_time_s
 
 
-def test_the_search_moves_the_bucket_one_rung_and_never_below_the_default() -> None:
-    """Neighbours: the bucket one size up or down the space's multiples of the default; none under ZeRO-3; a placement
-    move that raises dp·cp past an explicit bucket resets it to the default."""
+def test_the_search_moves_the_bucket_one_rung_and_keeps_it_on_the_ladder() -> None:
+    """Neighbours: the bucket one size up or down the space's multiples of the default; none under ZeRO-3; a
+    placement move that changes dp·cp moves the default, and the bucket goes to the nearest rung of the new
+    ladder (never below the default)."""
     inst = two_buildings()
     space = design_space(inst)
     base = plan(CrossBuilding.DP)
@@ -170,11 +172,30 @@ def test_the_search_moves_the_bucket_one_rung_and_never_below_the_default() -> N
     moved = {p.dp_bucket_params for p in neighbours(inst, space, up, (Move.SCHEDULE,))
              if p.zero_stage == up.zero_stage and p.micro_batch_size == up.micro_batch_size}
     assert {None, 16 * default} <= moved
-    zero3 = base.model_copy(update={"zero_stage": 3})
-    assert {p.dp_bucket_params for p in neighbours(inst, space, zero3, (Move.SCHEDULE,))} == {None}
-    explicit = base.model_copy(update={"dp_bucket_params": default + 1})
-    placed = neighbours(inst, space, explicit, (Move.PLACEMENT,))
-    assert any(other.dp > explicit.dp for other in placed)
+    zero3 = up.model_copy(update={"zero_stage": 3})
+    assert {p.dp_bucket_params for p in neighbours(inst, space, zero3, (Move.SCHEDULE,)) if p.zero_stage == 3} == {None}
+    # tp1 dp32: the 40M floor; moves to dp·cp = 64 and 128 raise the default to 64M and 128M
+    wide = place(inst, base.model_copy(update={"tp": 1, "dp": 32}), CrossBuilding.DP)
+    assert wide is not None and default_dp_bucket_params(wide) == default
+    four = wide.model_copy(update={"dp_bucket_params": 4 * default})  # 160M
+    placed = neighbours(inst, space, four, (Move.PLACEMENT,))
+    by_group = {other.dp * other.cp: other.dp_bucket_params for other in placed}
+    assert by_group[64] == 4 * 64_000_000  # 160M is nearer ×4 (256M) than the 64M default
+    assert by_group[128] is None  # … and nearer the 128M default than ×4 (512M)
     for other in placed:
-        size = other.dp_bucket_params
-        assert size is None or size > default_dp_bucket_params(other)
+        assert other.dp_bucket_params in space.bucket_sizes(other)
+
+
+def test_bucket_sizes_follow_the_search_section_and_stop_at_the_largest_a_plan_may_state() -> None:
+    """Without factor 1 in ``search.dp_bucket_factors`` the default is off the ladder (a plan goes to its
+    nearest rung); at a million-rank DP group the multiples are capped at ``MAX_BUCKET_PARAMS`` (a plan that
+    states more would not load) and, once the default passes it, only the default is left."""
+    inst = two_buildings().with_updates({"search.dp_bucket_factors": [4, 16]})
+    space = design_space(inst)
+    base = plan(CrossBuilding.DP)
+    default = default_dp_bucket_params(base)
+    assert space.bucket_sizes(base) == [4 * default, 16 * default]
+    assert space.on_bucket_ladder(base).dp_bucket_params == 4 * default
+    every = design_space(two_buildings())
+    assert every.bucket_sizes(base.model_copy(update={"dp": 1 << 20})) == [None, B.MAX_BUCKET_PARAMS]
+    assert every.bucket_sizes(base.model_copy(update={"dp": 1 << 22})) == [None]

@@ -65,7 +65,8 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     if progress:
         proto = pv.model.Proto()
         progress(f"search space: {space.size():,} combinations of degrees, schedule, v, ZeRO stage, cross-building "
-                 f"dimension and network (before per-building placements and layer splits); CP-SAT model: "
+                 f"dimension, network and gradient bucket size (before per-building placements and layer splits); "
+                 f"CP-SAT model: "
                  f"{len(proto.variables)} variables, {len(proto.constraints)} constraints; {len(space.shapes)} "
                  f"shard shapes, {len(space.intra_network)} intra / {len(space.cross_network)} cross network "
                  "options after dominance pruning")

@@ -8,8 +8,9 @@ A *move* changes one decision and repairs only what it must:
   of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
   mode, ZeRO stage, TP/GEMM overlap, the gradient bucket to the next size of ``DesignSpace.bucket_sizes``
-  up or down (no move goes below Megatron-Core's default, which the CP-SAT bound assumes: a move that
-  raises dp·cp past an explicit bucket resets it to the default);
+  up or down (every neighbour's bucket is on that ladder, ``DesignSpace.on_bucket_ladder``: a move that
+  changes dp·cp moves the ladder, and none goes below Megatron-Core's default, which the CP-SAT bound
+  assumes);
 - network (``Move.NETWORK``): one traffic class (intra- or cross-building) to another option of the space.
 
 Placements are built by ``optimizer.placement.build_placement`` with the per-building counts and the
@@ -31,7 +32,6 @@ from collections.abc import Iterator
 from enum import StrEnum
 from itertools import permutations
 
-from ..cost.step import default_dp_bucket_params, dp_bucket_params
 from ..schedules import get_schedule
 from ..spec import CrossBuilding, Instance, NetworkConfig, Placement, Plan
 from ..validation.plan_checks import validate_plan
@@ -65,7 +65,7 @@ def neighbours(instance: Instance, space: DesignSpace, plan: Plan,
         for candidate in generators[kind](instance, space, plan):
             if candidate is None:
                 continue
-            candidate = _bucket_at_least_default(candidate)
+            candidate = space.on_bucket_ladder(candidate)
             key = candidate.model_dump_json()
             if key != own and key not in found and not validate_plan(candidate, instance):
                 found[key] = candidate
@@ -98,7 +98,7 @@ def random_plan(instance: Instance, space: DesignSpace, rng: random.Random) -> P
                                                                                           (intra,))))
         placed = place(instance, _pinned(space, plan), rng.choice(space.cross_building))
         if placed is not None and not validate_plan(placed, instance):
-            return placed
+            return space.on_bucket_ladder(placed)
     return None
 
 
@@ -301,23 +301,13 @@ def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Itera
 
 
 def _bucket_moves(space: DesignSpace, plan: Plan) -> Iterator[Plan]:
-    """The gradient bucket at the next size of the space up and down (the nearest one where the plan's is
-    not among them)."""
+    """The gradient bucket at the nearest size of the space and the next one up and down (``neighbours``
+    leaves out the plan itself)."""
     sizes = space.bucket_sizes(plan)
-    if len(sizes) < 2:
-        return
-    default, current = default_dp_bucket_params(plan), dp_bucket_params(plan)
-    here = min(range(len(sizes)), key=lambda i: abs(math.log((sizes[i] or default) / current)))
-    for i in (here - 1, here + 1):
+    here = sizes.index(space.on_bucket_ladder(plan).dp_bucket_params)
+    for i in (here - 1, here, here + 1):
         if 0 <= i < len(sizes):
             yield plan.model_copy(update={"dp_bucket_params": sizes[i]})
-
-
-def _bucket_at_least_default(plan: Plan) -> Plan:
-    """``plan`` with an explicit bucket below the default (after dp·cp grew) reset to the default."""
-    if plan.dp_bucket_params is not None and plan.dp_bucket_params <= default_dp_bucket_params(plan):
-        return plan.model_copy(update={"dp_bucket_params": None})
-    return plan
 
 
 def _network_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iterator[Plan | None]:

@@ -9,6 +9,7 @@ constraints of the model, not filters here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -26,6 +27,7 @@ from ..spec import (
     Recompute,
     TrafficClassConfig,
 )
+from ..spec import bounds as B
 
 DEFAULT_CP = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
@@ -87,13 +89,28 @@ class DesignSpace:
         if not sizes_dp_buckets(plan):
             return [None]
         default = default_dp_bucket_params(plan)
-        return [default * factor if factor > 1 else None for factor in sorted(set(self.bucket_factors))]
+        sizes: list[int | None] = []
+        for factor in sorted(set(self.bucket_factors)):  # capped at the largest a plan may state
+            size = None if factor == 1 else min(default * factor, B.MAX_BUCKET_PARAMS)
+            if size not in sizes and (size is None or size > default):
+                sizes.append(size)
+        return sizes or [None]
+
+    def on_bucket_ladder(self, plan: Plan) -> Plan:
+        """``plan`` with its gradient bucket at the nearest of ``bucket_sizes`` (by ratio, the smaller on a
+        tie): a move that changes dp·cp moves the default, and with it the ladder."""
+        default = default_dp_bucket_params(plan)
+        current = plan.dp_bucket_params or default
+        nearest = min(self.bucket_sizes(plan), key=lambda size: abs(math.log((size or default) / current)))
+        return plan if nearest == plan.dp_bucket_params else plan.model_copy(update={"dp_bucket_params": nearest})
 
     def size(self) -> int:
         """Combinations of the option lists: shard shapes × pp × (schedule, v) × ZeRO × cross-building
-        dimension × intra × cross network settings (an upper bound: not every combination is valid)."""
+        dimension × intra × cross network settings × bucket sizes (an upper bound: not every combination is
+        valid)."""
         return (len(self.shapes) * len(self.pp) * len(self.schedule_chunks()) * len(self.zero_stages)
-                * len(self.cross_building) * max(1, len(self.intra_network)) * max(1, len(self.cross_network)))
+                * len(self.cross_building) * max(1, len(self.intra_network)) * max(1, len(self.cross_network))
+                * len(set(self.bucket_factors)))
 
     def empty_reason(self, instance: Instance) -> str | None:
         """Why no plan can exist because some decision has no allowed option, or None."""

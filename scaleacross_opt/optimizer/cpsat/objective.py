@@ -7,10 +7,10 @@ and pp·t_max ≥ every layer (at its kind's cost) + LM head on the fastest GPU 
 pipeline ≥ m·t_max + bubble + hops, with
   bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
-  hops = 2(pp−1−k)·intra hop + 2k·cross hop, k = #buildings−1 (pp across; pp+dp: the fewest boundaries of
-  any group's pipeline; 0 otherwise): the first micro-batch's forward and the last one's backward traverse
-  every boundary; V-shaped schedules: the last stage starts after the first micro-batch's chunk-0 forward
-  crossed every boundary once (hops/2);
+  hops = 2(pp−1−k)·h + 2k·cross hop, k = #buildings−1 (pp across; pp+dp: the fewest boundaries of any
+  group's pipeline; 0 otherwise), h = the intra hop (≤ the cross hop where the plan may cross): the first
+  micro-batch's forward and the last one's backward traverse every boundary; V-shaped schedules: the last
+  stage starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2);
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
@@ -33,7 +33,6 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 
@@ -44,7 +43,6 @@ from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ..coefficients import Coefficients, node_gpus, pairings
-from ..space import Shape
 from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -128,9 +126,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
     paired = None
     if len(pairings(pv.space)) == 2:
-        paired = model.NewBoolVar("schedule_pairs_microbatches")
-        model.Add(paired == sum(lit for (name, _), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
-                                                              strict=True) if get_schedule(name).pairs_microbatches))
+        paired = pv.schedule_chunks.any_of(model, "schedule_pairs_microbatches",
+                                           lambda chunks: get_schedule(chunks[0]).pairs_microbatches)
 
     def by_pairing(name: str, table: dict, building: str | None) -> cp_model.IntVar:
         """The value ``table[(shape, building, pairs)]`` takes for the plan's shape and schedule."""
@@ -224,7 +221,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     hop_floor = min(coeffs.intra_hop_us, *coeffs.cross_hop_us.values()) if crossing else coeffs.intra_hop_us
     hops = _new(model, "hops_us")
     model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1))
-    for mode_lit in whole:
+    for mode_lit in whole if hop_floor < coeffs.intra_hop_us else []:
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1)).OnlyEnforceIf(mode_lit)
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
@@ -275,10 +272,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # --- data-parallel gradient sync ---------------------------------------------------------------
     v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
-        v_on = v_chunks[v] = model.NewBoolVar(f"v={v}")
-        model.Add(v_on == sum(lit for (_, vv), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
-                                                          strict=True) if vv == v))
-    sync_layers = _sync_layers(pv)
+        v_chunks[v] = pv.schedule_chunks.any_of(model, f"v={v}", lambda chunks, v=v: chunks[1] == v)
+    sync_layers = _sync_layers(pv, products["v_shape"][0])
     bucket_layers = _last_bucket_layers(pv, coeffs, groups, sync_layers, v_chunks)
     spans = [("dp_sync", sync_layers, 1)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
                                              if bucket_layers is not None else [])
@@ -290,9 +285,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(v * dp_exposed >= dp_total - t_max).OnlyEnforceIf(v_on)
     # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
     # last bucket as it ends: that bucket is exposed whole.
-    unsplit = model.NewBoolVar("backward_not_split")
-    model.Add(unsplit == sum(lit for (name, _), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
-                                                           strict=True) if not get_schedule(name).splits_backward))
+    unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
+                                        lambda chunks: not get_schedule(chunks[0]).splits_backward)
     for bucket in last_bucket:
         model.Add(dp_exposed >= bucket).OnlyEnforceIf(unsplit)
 
@@ -335,13 +329,6 @@ def _choice_var(pv: PlanVars, choice: OneHot, name: str, values: list[int]) -> c
     var = _new(pv.model, name, max(values))
     pv.model.Add(var == choice.linear(values))
     return var
-
-
-def _shapes_lit(pv: PlanVars, name: str, keep: Callable[[Shape], bool]) -> cp_model.IntVar:
-    """A literal true exactly when the plan's shard shape is one ``keep`` accepts."""
-    lit = pv.model.NewBoolVar(name)
-    pv.model.Add(lit == sum(s_lit for shape, s_lit in zip(pv.shape.values, pv.shape.lits, strict=True) if keep(shape)))
-    return lit
 
 
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
@@ -475,7 +462,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
 def _sharding_choice(pv: PlanVars) -> OneHot:
     """The shape's (tp, ep) as a one-hot of its own (each literal: the sum of its shapes' literals)."""
     keys = sorted({(shape.tp, shape.ep) for shape in pv.shape.values})
-    return OneHot(keys, [_shapes_lit(pv, f"tp,ep={key}", lambda shape, key=key: (shape.tp, shape.ep) == key)
+    return OneHot(keys, [pv.shape.any_of(pv.model, f"tp,ep={key}", lambda shape, key=key: (shape.tp, shape.ep) == key)
                          for key in keys])
 
 
@@ -519,7 +506,7 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     bounds = []
     parts = [(coeffs.model_param_mib, [])]  # (Mi-parameters, condition)
     if coeffs.model_expert_param_mib > 0 and any(shape.ep == 1 for shape in pv.shape.values):
-        ep_one = _shapes_lit(pv, "ep=1", lambda shape: shape.ep == 1)
+        ep_one = pv.shape.any_of(pv.model, "ep=1", lambda shape: shape.ep == 1)
         parts.append((coeffs.model_param_mib + coeffs.model_expert_param_mib, [ep_one]))
     for (params_mib, ep_cond), (transport, t_lit) in product(
             parts, zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
@@ -589,19 +576,25 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
-def _sync_layers(pv: PlanVars) -> cp_model.IntVar:
+def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
     """Layers of the first stage whose gradients sync after the pipeline ends: at least min_b layers[b] − 1
-    (the first stage finishes its backward last; the layer split may trim it by one)."""
+    (the first stage finishes its backward last; the layer split may trim it by one), and no more than
+    ``head_layers`` where the schedule is V-shaped (its first stage is the LM-head stage)."""
     model = pv.model
     layers_total = pv.instance.job.model_spec.layers
     held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in pv.instance.cluster.buildings]
     for b, var in enumerate(held):
         model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
         model.Add(var == layers_total).OnlyEnforceIf(pv.used[b].Not())
+    head = model.NewIntVar(0, layers_total, "first_stage_head_layers")  # the whole model unless V-shaped
+    model.Add(head == pv.head_layers).OnlyEnforceIf(v_shape)
+    model.Add(head == layers_total).OnlyEnforceIf(v_shape.Not())
     fewest = _new(model, "fewest_layers", layers_total)
     model.AddMinEquality(fewest, held)
+    untrimmed = _new(model, "fewest_layers_untrimmed", layers_total)
+    model.AddMaxEquality(untrimmed, [0, fewest - 1])
     sync_layers = _new(model, "sync_layers", layers_total)
-    model.AddMaxEquality(sync_layers, [0, fewest - 1])
+    model.AddMinEquality(sync_layers, [head, untrimmed])
     return sync_layers
 
 

@@ -63,10 +63,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         if CrossBuilding.PP in modes.values:
             model.Add(d == pv.dp_var).OnlyEnforceIf([modes.lit(CrossBuilding.PP), used])
     # The LM-head stage is in the last used building in cluster order (first for V-shaped schedules).
-    v_shape = model.NewBoolVar("v_shaped_schedule")
-    model.Add(v_shape == sum(lit for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
-                                                            strict=True)
-                             if get_schedule(name).head_stage(2, v) == 0))
+    v_shape = pv.schedule_chunks.any_of(model, "v_shaped_schedule",
+                                        lambda chunks: get_schedule(chunks[0]).head_stage(2, chunks[1]) == 0)
     for b in range(n_b):
         for side, others in ((v_shape.Not(), pv.used[b + 1:]), (v_shape, pv.used[:b])):
             model.AddBoolAnd([pv.used[b], *[u.Not() for u in others]]).OnlyEnforceIf([pv.head[b], side])
@@ -122,7 +120,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
-    return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads}
+    return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads,
+            "v_shape": [v_shape]}
 
 
 def _add_groups(pv: PlanVars, v_shape: cp_model.IntVar) -> list[cp_model.IntVar]:

@@ -10,6 +10,7 @@ their first building) and ``group_replicas[g]`` (replicas of group g, held by ea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -39,6 +40,12 @@ class OneHot(Generic[T]):
     def linear(self, weights: list[int]) -> cp_model.LinearExpr:
         """Σ weight_i · lit_i."""
         return cp_model.LinearExpr.WeightedSum(self.lits, weights)
+
+    def any_of(self, model: cp_model.CpModel, name: str, keep: Callable[[T], bool]) -> cp_model.IntVar:
+        """A new literal, true exactly when the chosen value is one ``keep`` accepts."""
+        lit = model.NewBoolVar(name)
+        model.Add(lit == sum(x for value, x in zip(self.values, self.lits, strict=True) if keep(value)))
+        return lit
 
 
 def one_hot(model: cp_model.CpModel, name: str, values: list[T]) -> OneHot[T]:
