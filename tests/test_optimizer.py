@@ -3,7 +3,6 @@ and the bound the CP-SAT objective gives against the simulator."""
 
 from __future__ import annotations
 
-import time
 from itertools import pairwise
 
 import pytest
@@ -16,7 +15,7 @@ from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
 from scaleacross_opt.optimizer.enumerate import enumerate_plans
 from scaleacross_opt.optimizer.placement import materialize_layers
-from scaleacross_opt.optimizer.refine import _Search, plan_bound_us
+from scaleacross_opt.optimizer.refine import plan_bound_us
 from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.simulator import simulate
 from scaleacross_opt.spec import Building, Cluster, Instance, Job, Link, SearchSpace
@@ -191,22 +190,6 @@ def test_solve_matches_brute_force_over_bucket_sizes(models_dir) -> None:
     result = solve(instance, time_limit_s=60, seed=0, top_k=4)
     assert result.step_time_s == pytest.approx(best_s, rel=1e-9)
     assert result.stats.status in ("optimal", "within_bound_error")
-
-
-def test_an_assignment_is_cut_only_after_every_bucket_size_of_it_was_examined(models_dir) -> None:
-    """Simulating a plan cuts its CP-SAT assignment, which stands for the plan at every bucket size: each
-    of those is simulated first (no screen: none can be ruled out by a closed form)."""
-    instance = slow_link_dp_instance(models_dir, dp_bucket_factors=[1, 4, 64])
-    space = prune_space(instance, design_space(instance))
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    search = _Search(pv, simulate, deadline=time.perf_counter() + 60, seed=0, threads=1, progress=None)
-    plan = next(plan for plan in enumerate_plans(instance, space)
-                if not validate_plan(plan, instance) and plan.dp_bucket_params is None and plan.zero_stage == 1)
-    search.evaluate(plan)
-    sizes = space.bucket_sizes(plan)
-    assert len(sizes) == 3
-    for size in sizes:
-        assert plan.model_copy(update={"dp_bucket_params": size}).model_dump_json() in search.evaluated
 
 
 def test_model_admits_every_valid_pp_dp_plan_with_a_bound_below_simulation(models_dir) -> None:

@@ -180,30 +180,17 @@ class _Search:
     def evaluate(self, plan: Plan, assignment: dict[int, int] | None = None, bound_s: float = 0.0,
                  event: str = "") -> Candidate:
         """Simulate a valid plan once (later calls return the stored result), cut it off in the model and
-        keep the best; ``event`` names it in a progress line (local-search plans report improvements). The
-        model's assignment does not fix the gradient bucket, so it is cut off only once the plan at every
-        other bucket size of the space was simulated too or screened out against the incumbent."""
+        keep the best; ``event`` names it in a progress line (local-search plans report improvements)."""
         key = plan.model_dump_json()
         if key in self.evaluated:
             return self.evaluated[key]
-        assignment = assignment or plan_assignment(self.pv, plan)
-        candidate = self._record(plan, assignment, bound_s, event)
-        if assignment is not None:
-            for size in self.pv.space.bucket_sizes(plan):
-                sibling = plan.model_copy(update={"dp_bucket_params": size})
-                if not (sibling.model_dump_json() in self.evaluated
-                        or self.hopeless(sibling, self.best.report.step_time_s)):
-                    self._record(sibling, assignment, bound_s, "")
-            add_nogood(self.pv, assignment)
-        return candidate
-
-    def _record(self, plan: Plan, assignment: dict[int, int] | None, bound_s: float, event: str) -> Candidate:
-        """Simulate ``plan`` and keep its result (the best, the bound's error, the progress line)."""
-        key = plan.model_dump_json()
         t0 = time.perf_counter()
         report = self.simulate(self.pv.instance, plan)
         self.stats.simulate_wall_s += time.perf_counter() - t0
         self.stats.candidates_simulated += 1
+        assignment = assignment or plan_assignment(self.pv, plan)
+        if assignment is not None:
+            add_nogood(self.pv, assignment)
         candidate = self.evaluated[key] = Candidate(plan, bound_s, report)
         if key in self.estimates:
             self.overshoot = max(self.overshoot, self.estimates[key] / report.step_time_s - 1)
@@ -367,16 +354,11 @@ class _Search:
                 add_nogood(pv, same)
                 stats.candidates_rejected += 1
                 continue
-            # the plan at each bucket size the space allows; none whose closed form shows it cannot beat the
-            # incumbent is simulated, and the assignment is cut off with the last of them
-            sized = [plan.model_copy(update={"dp_bucket_params": size}) for size in pv.space.bucket_sizes(plan)]
-            hopeful = [p for p in sized if self.best is None or not self.hopeless(p, self.best.report.step_time_s)]
-            if not hopeful:
-                add_nogood(pv, same)
+            if self.best is not None and self.hopeless(plan, self.best.report.step_time_s):
+                add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
                 continue
-            self.evaluate(hopeful[0], same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
-            self.unpolished.append(min((self.evaluated[key] for p in sized
-                                        if (key := p.model_dump_json()) in self.evaluated), key=Candidate.key))
+            candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
+            self.unpolished.append(candidate)
 
 
 def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
