@@ -74,24 +74,29 @@ def fair_speeds_small(demand: list[list[tuple[int, float]]]) -> list[float]:
     """``fair_speeds`` of a few flows, in plain Python (one resource filling at a time): flow j crosses the
     (resource, demand) pairs ``demand[j]``; every resource listed is one its flows overfill at full speed."""
     speed = [1.0] * len(demand)
-    rising = set(range(len(demand)))
     room: dict[int, float] = {}
     load: dict[int, float] = {}
-    for uses in demand:
+    flows_on: dict[int, list[int]] = {}
+    for j, uses in enumerate(demand):
         for r, u in uses:
             room[r] = 1.0
             load[r] = load.get(r, 0.0) + u
-    while rising:
-        level, full = min(((max(room[r], 0.0) / load[r], r) for r in load if load[r] > _EPS), default=(1.0, -1))
+            flows_on.setdefault(r, []).append(j)
+    rising = [True] * len(demand)
+    while load:
+        level, full = min((max(room[r], 0.0) / load[r], r) for r in load)
         if level >= 1.0:
             break
-        for j in [j for j in rising if any(r == full for r, _ in demand[j])]:
-            speed[j] = max(level, 1e-9)
-            rising.discard(j)
-            for r, u in demand[j]:
-                room[r] -= speed[j] * u
-                load[r] -= u
-        load[full] = 0.0
+        for j in flows_on[full]:
+            if rising[j]:
+                rising[j] = False
+                speed[j] = max(level, 1e-9)
+                for r, u in demand[j]:
+                    room[r] -= speed[j] * u
+                    load[r] -= u
+        del load[full]
+        for r in [r for r in load if load[r] <= _EPS]:  # every flow on it frozen (up to rounding)
+            del load[r]
     return speed
 
 
@@ -105,7 +110,7 @@ class FlowNetwork:
     its speed does. One event costs time in proportion to the flows of its part.
     """
 
-    _SMALL = 8  # parts up to this many flows are filled in plain Python, larger ones with numpy
+    _SMALL = 40  # parts up to this many flows are filled in plain Python (faster there), larger ones with numpy
 
     def __init__(self, resources: Collection[Hashable] | None = None) -> None:
         self.now = 0.0
