@@ -57,3 +57,38 @@ def test_zero3_gathers_shard_experts_over_the_expert_data_parallel_group() -> No
     assert _gather_pairs_us(pairs, ep=8, d=8) == [2 * 7 / 8 * 10.0]
     assert _gather_pairs_us(pairs, ep=2, d=8) == [2 * 7 / 8 * 10.0 + 2 * 3 / 4 * 100.0]
     assert _gather_pairs_us(pairs, ep=1, d=1) == [0.0]
+
+
+def test_v_shaped_pipelines_across_buildings_bound_the_chain_to_the_tip(load_shipped_instance) -> None:
+    """ZB-V with PP across three buildings: micro-batch 0's chunk-0 forward crosses every stage before the
+    tip (the last used building's last stage) before the tip starts its m micro-batches, so the bound's
+    pipeline exceeds m·(the tip's stage) by that chain; and it stays below the simulated step."""
+    from scaleacross_opt.optimizer.refine import _solver
+    from scaleacross_opt.plan_defaults import fill_defaults
+    from scaleacross_opt.spec import CrossBuilding, Plan
+    from scaleacross_opt.spec.network import NetworkConfig
+    from scaleacross_opt.spec.plan import BuildingShare, Placement
+
+    instance = load_shipped_instance("three-buildings-campus-llama3-70b.yaml")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    placement = Placement(cross_building=CrossBuilding.PP, layers_per_stage=[27, 26, 27], buildings=[
+        BuildingShare(building=b.name, dp_replicas=512, pp_stages=1) for b in instance.cluster.buildings])
+    plan = fill_defaults(instance, Plan(tp=2, cp=4, pp=3, dp=512, virtual_stages=2, micro_batch_size=1,
+                                        schedule="zb-v", recompute="none", zero_stage=1, placement=placement,
+                                        network=NetworkConfig(intra_building=space.intra_network[0],
+                                                              cross_building=space.cross_network[0])))
+    assignment = plan_assignment(pv, plan)
+    assert assignment is not None
+    model = pv.model.clone()
+    for index, value in assignment.items():
+        model.Add(model.get_int_var_from_proto_index(index) == value)
+    solver = _solver(0, 1, 10.0)
+    solver.Solve(model)
+    value = {var.name: solver.Value(model.get_int_var_from_proto_index(i))
+             for i, var in enumerate(model.Proto().variables)}
+    tip_us, m = value["v_tip_stage_us[bldg-c]"], value["m"]
+    assert value["last_used_building[bldg-c]"] == 1 and tip_us > 0
+    chain_us = (80 - 27) * value["fastest_layer_us"] / 8  # chunk 0's forward over the 53 layers before the tip
+    assert value["pipeline_us"] >= m * tip_us + chain_us - 1
+    assert solver.ObjectiveValue() * 1e-6 <= simulate(instance, plan).step_time_s

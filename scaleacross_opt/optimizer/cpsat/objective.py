@@ -10,7 +10,9 @@ pipeline ≥ m·t_max + bubble + hops, with
   hops = 2(pp−1−k)·h + 2k·cross hop, k = #buildings−1 (pp across; pp+dp: the fewest boundaries of any
   group's pipeline; 0 otherwise), h = the intra hop (≤ the cross hop where the plan may cross): the first
   micro-batch's forward and the last one's backward traverse every boundary; V-shaped schedules: the last
-  stage starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2);
+  stage (the V's tip) starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2)
+  and the stages before it (≥ 1/8 of their layers' F+B+W); with PP across the tip is the last used
+  building's last stage (``_v_tip_chains``);
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
@@ -140,7 +142,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         return out
 
     # --- compute per stage -------------------------------------------------------------------------
-    per_layer_times = []
+    per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
     t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
@@ -170,9 +172,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                 max(_upper(per_layer), _upper(gather)))
                 model.AddMaxEquality(gathered, [per_layer, gather])
                 per_layer = gathered
+            t_b = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer) - discount
             if label == "layer":
                 per_layer_times.append(per_layer)
-            t_b = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer) - discount
+                layer_stage_times.append(t_b)
             if pp_dp is None:
                 model.Add(t_reg >= t_b)
             else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
@@ -240,9 +243,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
+    v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None else []
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
+            for tail, m_tip, before_tip in v_tip:  # pp across: the tip is the last used building's last stage
+                model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_tip + SCALE * hops + 2 * V_SHAPE_CHAIN * before_tip
+                          ).OnlyEnforceIf([lit, pp_mode, tail])
             # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
             # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W), and every
             # boundary once (hops / 2).
@@ -322,6 +329,40 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
+                  fastest: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]:
+    """PP across under a V-shaped schedule: per building b, (b is the last used one, m·t_tip, layers before the
+    tip · c_min). The V's tip is the pipeline's last stage, in the last used building; the layer split trims
+    its excess (≤ pp − 2 layers) from the first stages after the LM-head stage 0, so the tip keeps
+    ``layers[b]`` unless a stage before it sits at the floor of v layers (then ≥ ``layers[b]`` − 1). The
+    stages before the tip hold the other L − tip layers, half of each (chunk 0, the first chunk gets the
+    extra layer) on micro-batch 0's first forward pass to the tip."""
+    model, used = pv.model, pv.used
+    total = pv.instance.job.model_spec.layers
+    at_floor = []
+    for b, name in enumerate(pv.buildings):
+        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
+        model.AddImplication(flag, used[b])
+        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
+        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([used[b], flag.Not()])
+        at_floor.append(flag)
+    trimmed = model.NewBoolVar("v_tip_may_be_trimmed")
+    model.AddMaxEquality(trimmed, at_floor)
+    out = []
+    for b, name in enumerate(pv.buildings):
+        tail = model.NewBoolVar(f"last_used_building[{name}]")
+        model.AddBoolAnd([used[b], *[u.Not() for u in used[b + 1:]]]).OnlyEnforceIf(tail)
+        model.AddBoolOr([used[b].Not(), *used[b + 1:], tail])
+        tip = _new(model, f"v_tip_stage_us[{name}]", min(HORIZON_US, _upper(per_layer[b]) * total))
+        model.Add(tip == stage_time[b]).OnlyEnforceIf([tail, trimmed.Not()])
+        model.Add(tip == stage_time[b] - per_layer[b]).OnlyEnforceIf([tail, trimmed])
+        layers_before = _new(model, f"layers_before_v_tip[{name}]", total)
+        model.Add(layers_before == total - pv.layers[b] + trimmed).OnlyEnforceIf(tail)
+        out.append((tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, tip),
+                    _product(model, f"layers_before_v_tip*c[{name}]", layers_before, fastest)))
+    return out
 
 
 def _choice_var(pv: PlanVars, choice: OneHot, name: str, values: list[int]) -> cp_model.IntVar:
