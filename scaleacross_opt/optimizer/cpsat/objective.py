@@ -243,7 +243,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
-    v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None else []
+    v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
+    v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None and v_shaped else []
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
