@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
-from ..cost.compute import LayerKind, Shard, layer_kinds, layer_times, lm_head_times
+from ..cost.compute import LayerKind, OpTimes, Shard, layer_kinds, layer_times, lm_head_times
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
@@ -22,6 +22,20 @@ from ..schedules import get_schedule
 from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
 from .cpsat.variables import Transport
 from .space import DesignSpace, Shape
+
+
+@dataclass(frozen=True)
+class OpShares:
+    """Shares of one layer's fwd+bwd seconds: forward, whole backward (B+W), weight-gradient backward (W)."""
+
+    forward: float
+    backward: float
+    weight: float
+
+    def most(self, other: OpShares) -> OpShares:
+        """The larger of each share."""
+        return OpShares(max(self.forward, other.forward), max(self.backward, other.backward),
+                        max(self.weight, other.weight))
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,10 @@ class Coefficients:
     dense_layers: int  # layers of the cheaper kinds (what light_discount_us sums over)
     model_us: dict[tuple[Shape, bool], int]  # every layer (each of its kind) + embedding/LM head, fastest building
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
+    # the weight-gradient op (W) per micro-batch of one layer (its costliest kind) / of the LM head, on the
+    # slowest building's GPU, rounded up (what a stage may still run after its last B)
+    layer_weight_us: dict[Shape, int]
+    head_weight_us: dict[Shape, int]
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
     unsharded_bytes_per_param: dict[int, int]  # per ZeRO stage: bytes/param each GPU keeps whole
@@ -47,6 +65,9 @@ class Coefficients:
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
     forward_share: float  # the largest fwd ÷ (fwd+bwd) of any layer kind or LM head, shape, GPU and transport
+    # the largest share of fwd+bwd a chunk's last backward op takes (the op its gradient buckets are released
+    # in), by whether the schedule splits the backward: W ÷ (fwd+bwd) if it does, (B+W) ÷ (fwd+bwd) if not
+    last_op_share: dict[bool, float]
     intra_us_per_mib: dict[Transport, float]  # DP sync per MiB per GPU inside a building (bandwidth part)
     intra_hop_us: int  # one point-to-point hop inside a building
     cross_us_per_mib: dict[Transport, float]  # per MiB of the whole gradient over the best cross route
@@ -157,26 +178,34 @@ def pairings(space: DesignSpace) -> list[bool]:
     return sorted({get_schedule(name).pairs_microbatches for name in space.schedules})
 
 
+def _op_shares(times: OpTimes) -> OpShares:
+    """What each op of a layer (or the LM head) takes of its fwd+bwd ``times`` (exposed comm included)."""
+    total = times.fwd_s + times.bwd_s
+    if total <= 0:
+        return OpShares(0.0, 0.0, 0.0)
+    return OpShares(times.fwd_s / total, times.bwd_s / total, times.bwd_weight_s / total)
+
+
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], float]:
+             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
     the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); and
-    the largest forward share fwd ÷ (fwd+bwd) of any kind, transport and pairing."""
+    the largest share of each op (``OpShares``) of any kind, transport and pairing."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
-    share = 0.0
+    shares = OpShares(0.0, 0.0, 0.0)
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
         for pairs, per_kind in out.items():
             probe = next(name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs)
-            comms = [layer_comm(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, probe), building,
-                                kind).values() for t in transports]
-            totals = [compute.fwd_s + compute.bwd_s + sum(f + b for f, b in comm) for comm in comms]
-            per_kind[kind] = min(totals)
-            share = max([share] + [(compute.fwd_s + sum(f for f, _ in comm)) / total
-                                   for comm, total in zip(comms, totals, strict=True) if total > 0])
-    return out, share
+            for t in transports:
+                comm = layer_comm(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, probe), building,
+                                  kind).values()
+                times = compute + OpTimes(sum(f for f, _ in comm), sum(b for _, b in comm), 0.0)
+                per_kind[kind] = min(per_kind.get(kind, math.inf), times.fwd_s + times.bwd_s)
+                shares = shares.most(_op_shares(times))
+    return out, shares
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -191,6 +220,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    layer_weight_us, head_weight_us = {}, {}
     zero3_nic_pair, zero3_nic_step, synced_params = {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
@@ -200,15 +230,19 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
         return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
-    forward_share = 0.0
+    shares = OpShares(0.0, 0.0, 0.0)
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = dict.fromkeys(pairings(space), math.inf)
         for b in buildings:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
-            times, layer_share = _layer_s(instance, shape, b, intra_transports, space)
-            forward_share = max(forward_share, layer_share, head.fwd_s / max(head.fwd_s + head.bwd_s, 1e-30))
+            head_weight_us[shape] = max(head_weight_us.get(shape, 0), math.ceil(head.bwd_weight_s * 1e6))
+            layer_weight_us[shape] = max([layer_weight_us.get(shape, 0)] + [
+                math.ceil(layer_times(model, kind, shard, b.gpu_spec, job.precision, shape.recompute).bwd_weight_s
+                          * 1e6) for kind in kinds])
+            times, layer_shares = _layer_s(instance, shape, b, intra_transports, space)
+            shares = shares.most(layer_shares).most(_op_shares(head))
             for pairs, per_kind in times.items():
                 key = (shape, b.name, pairs)
                 layer_us[key] = int(min(per_kind.values()) * 1e6)
@@ -287,10 +321,13 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
         layer_us=layer_us, heavy_layer_us=heavy_us, light_discount_us=discount_us, model_us=model_us,
-        head_us=head_us, act_kib_per_layer=act, kiloparams_per_layer=kiloparams,
+        head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us, act_kib_per_layer=act,
+        kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
-        synced_params_per_layer=synced_params, forward_share=forward_share,
+        synced_params_per_layer=synced_params, forward_share=shares.forward,
+        # ZeRO-3's exposed gathers add the same to fwd and B (never to W): the B+W share tends to ½ at most
+        last_op_share={True: shares.weight, False: max(shares.backward, 0.5)},
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
         layer_grad_mib=min(layer_params(model, k, 1, 1).dense for k in kinds) * co.GRAD_REDUCE_BYTES / 2 / MIB,

@@ -68,6 +68,12 @@ class PipelineSchedule(ABC):
         without ``orders_by_op_times``) return ``stage_ops``."""
         return self.stage_ops(pp, virtual_stages, num_microbatches)
 
+    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """W ops the LM-head stage runs after its last B (its pending weight gradients at the end)."""
+        ops = self.stage_ops(pp, virtual_stages, num_microbatches)[self.head_stage(pp, virtual_stages)]
+        last_b = max(i for i, op in enumerate(ops) if op.kind is OpKind.B)
+        return sum(op.kind is OpKind.W for op in ops[last_b + 1:])
+
     @abstractmethod
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""

@@ -38,6 +38,10 @@ class ZeroBubbleH1(PipelineSchedule):
         """1F1B order per stage, B split, s weight-grad ops kept pending on stage s."""
         return [defer_weight_grads(order, s) for s, order in enumerate(one_f_one_b_stage_ops(pp, num_microbatches))]
 
+    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """The last stage keeps p−1 W ops pending: they and its last B's own W follow that B."""
+        return min(pp, num_microbatches)
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p on every stage (m ≥ p)."""
         return float(pp)

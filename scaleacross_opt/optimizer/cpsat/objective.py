@@ -12,7 +12,9 @@ pipeline ≥ m·t_max + bubble + hops, with
   micro-batch's forward and the last one's backward traverse every boundary; V-shaped schedules: the last
   stage (the V's tip) starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2)
   and the stages before it (≥ 1/8 of their layers' F+B+W); with PP across the tip is the last used
-  building's last stage (``_v_tip_chains``);
+  building's last stage (``_v_tip_chains``); split backward (ZB-H1): the LM-head stage's last B waits for
+  the stages before it (their F+B ≥ layers·(c_min − W)) but may leave its trailing W ops (pp of them) to
+  after it: pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
@@ -21,10 +23,11 @@ slowest building edge (dp: the edges between consecutive used buildings; pp+dp: 
 connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
 steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉, hierarchical #buildings−1);
 exposed ≥ one chunk's sync (the first stage's first chunk syncs after the pipeline ends) less that chunk's
-last backward op (its gradient buckets are released within it); ZeRO-1/2 gather the updated weights over
-the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's first forward of it
-(≤ φ·t_max / v, φ the largest forward share fwd ÷ (fwd+bwd) of any layer or LM head; the later chunks'
-gathers may hide behind the forwards before theirs).
+last backward op (its gradient buckets are released within it; ≤ ψ·t_max / v, ψ the largest share of W, or
+of B+W where the backward is not split, in any layer's or the LM head's fwd+bwd); ZeRO-1/2 gather the
+updated weights over the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's
+first forward of it (≤ φ·t_max / v, φ the largest forward share fwd ÷ (fwd+bwd) of any layer or LM head;
+the later chunks' gathers may hide behind the forwards before theirs).
 Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
 layer under ZeRO-3, else ≥ min(chunk, half a default bucket), valid for every bucket ≥ Megatron's default):
 exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
@@ -201,8 +204,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     layers_total = instance.job.model_spec.layers
     fastest = _new(model, "fastest_layer_us")
     model.AddMinEquality(fastest, per_layer_times)
-    before_head = _product(model, "layers_before_head*c", _layers_left(pv, "before_head", layers_total, []),
-                           fastest)
+    layers_before_head = _layers_left(pv, "before_head", layers_total, [])
+    before_head = _product(model, "layers_before_head*c", layers_before_head, fastest)
     m_head = _product(model, "m*t_head", pv.microbatches, t_head_max)
     even = pv.layers  # in whole-pipeline modes every used building has the same layers[b]
     before_last_regular = [
@@ -245,6 +248,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
     v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None and v_shaped else []
+    split_chain = None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
@@ -266,6 +270,19 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
         model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
+        if schedule.splits_backward:
+            # the LM-head stage k (= pp − 1) ends its last B no sooner than m·t_k less the W ops it still runs
+            # after it, and the stages before it add their F on the first micro-batch's chain and their B on
+            # the last one's: T ≥ m·t_k + Σ_{s<k} (t_s − W_s) − trailing W·W_k + hops
+            if split_chain is None:
+                split_chain = _split_backward_chain(pv, coeffs, layers_before_head, fastest)
+            before_less_w, head_w = split_chain
+            for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
+                counts = [schedule.trailing_weight_ops(pp, v, m) for m in pv.microbatch_values
+                          if schedule.check(pp, v, m) is None]
+                if pp > 1 and counts:
+                    model.Add(pipeline >= m_head + hops + before_less_w - max(counts) * head_w
+                              ).OnlyEnforceIf([lit, pp_lit])
         for b in range(len(buildings)):
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
@@ -287,14 +304,17 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                              if bucket_layers is not None else [])
     dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans)
     dp_exposed = _new(model, "dp_exposed_us")
-    # A chunk's buckets are released within its last backward op (≤ t_max / v): at most that much of its sync
-    # hides behind it (``StepWorkload.dp_jobs``); the buckets' extra latency is left out (a lower bound).
-    for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
-        model.Add(v * dp_exposed >= dp_total - t_max).OnlyEnforceIf(v_on)
-    # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
-    # last bucket as it ends: that bucket is exposed whole.
+    # A chunk's buckets are released within its last backward op (≤ ψ·t_max / v, ψ its largest share of a
+    # layer's fwd+bwd: W's where the schedule splits the backward, B+W's where not): at most that much of its
+    # sync hides behind it (``StepWorkload.dp_jobs``); the buckets' extra latency is left out (a lower bound).
     unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
                                         lambda chunks: not get_schedule(chunks[0]).splits_backward)
+    for splits, split_lit in ((False, unsplit), (True, unsplit.Not())):
+        last_op = math.ceil(SCALE * coeffs.last_op_share[splits])
+        for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
+            model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - last_op * t_max).OnlyEnforceIf([v_on, split_lit])
+    # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
+    # last bucket as it ends: that bucket is exposed whole.
     for bucket in last_bucket:
         model.Add(dp_exposed >= bucket).OnlyEnforceIf(unsplit)
 
@@ -330,6 +350,23 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head: cp_model.IntVar,
+                          fastest: cp_model.IntVar) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """Schedules that split the backward: (the layers before the LM-head stage × max(0, c_min − W), a lower
+    bound of their F + B on one micro-batch's chain; the LM-head stage's W per micro-batch, an upper bound:
+    head_layers·W_layer + W_head, each at its largest)."""
+    model = pv.model
+    shapes = pv.shape.values
+    weight = _choice_var(pv, pv.shape, "layer_weight_us", [coeffs.layer_weight_us[shape] for shape in shapes])
+    less_weight = _new(model, "fastest_layer_less_weight_us")
+    model.AddMaxEquality(less_weight, [0, fastest - weight])
+    before = _product(model, "layers_before_head*(c-w)", layers_before_head, less_weight)
+    head_w = _new(model, "head_stage_weight_us")
+    model.Add(head_w == _product(model, "head_layers*w", pv.head_layers, weight)
+              + pv.shape.linear([coeffs.head_weight_us[shape] for shape in shapes]))
+    return before, head_w
 
 
 def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
