@@ -19,23 +19,47 @@ from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
 from ..cost.step import cross_aggregate, fabric_path, layer_comm
 from ..schedules import get_schedule
-from ..spec import Building, CollectiveAlgorithm, Instance, ModelSpec, NetworkConfig, Plan, TrafficClassConfig
+from ..spec import (
+    Building,
+    CollectiveAlgorithm,
+    Instance,
+    ModelSpec,
+    NetworkConfig,
+    Plan,
+    Recompute,
+    TrafficClassConfig,
+)
 from .cpsat.variables import Transport
 from .space import DesignSpace, Shape
 
 
 @dataclass(frozen=True)
 class OpShares:
-    """Shares of one layer's fwd+bwd seconds: forward, whole backward (B+W), weight-gradient backward (W)."""
+    """Ranges of the shares of layers' fwd+bwd seconds: the least and largest forward share, the largest whole
+    backward (B+W) and weight-gradient (W) shares."""
 
-    forward: float
-    backward: float
-    weight: float
+    forward_least: float
+    forward_most: float
+    backward_most: float
+    weight_most: float
 
-    def most(self, other: OpShares) -> OpShares:
-        """The larger of each share."""
-        return OpShares(max(self.forward, other.forward), max(self.backward, other.backward),
-                        max(self.weight, other.weight))
+    @classmethod
+    def of(cls, times: OpTimes) -> OpShares | None:
+        """The shares of one layer's (or the LM head's) ``times``; None when it takes no time."""
+        total = times.fwd_s + times.bwd_s
+        if total <= 0:
+            return None
+        return cls(times.fwd_s / total, times.fwd_s / total, times.bwd_s / total, times.bwd_weight_s / total)
+
+    def widen(self, other: OpShares | None) -> OpShares:
+        """The ranges covering both."""
+        if other is None:
+            return self
+        return OpShares(min(self.forward_least, other.forward_least), max(self.forward_most, other.forward_most),
+                        max(self.backward_most, other.backward_most), max(self.weight_most, other.weight_most))
+
+
+NO_SHARES = OpShares(1.0, 0.0, 0.0, 0.0)  # the empty range, which ``widen`` replaces
 
 
 @dataclass(frozen=True)
@@ -65,6 +89,8 @@ class Coefficients:
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
     forward_share: float  # the largest fwd ÷ (fwd+bwd) of any layer kind or LM head, shape, GPU and transport
+    # the least fwd ÷ (fwd+bwd) of any layer kind, shape, GPU and transport, by the shape's recompute mode
+    least_forward_share: dict[Recompute, float]
     # the largest share of fwd+bwd a chunk's last backward op takes (the op its gradient buckets are released
     # in), by whether the schedule splits the backward: W ÷ (fwd+bwd) if it does, (B+W) ÷ (fwd+bwd) if not
     last_op_share: dict[bool, float]
@@ -178,14 +204,6 @@ def pairings(space: DesignSpace) -> list[bool]:
     return sorted({get_schedule(name).pairs_microbatches for name in space.schedules})
 
 
-def _op_shares(times: OpTimes) -> OpShares:
-    """What each op of a layer (or the LM head) takes of its fwd+bwd ``times`` (exposed comm included)."""
-    total = times.fwd_s + times.bwd_s
-    if total <= 0:
-        return OpShares(0.0, 0.0, 0.0)
-    return OpShares(times.fwd_s / total, times.bwd_s / total, times.bwd_weight_s / total)
-
-
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
              space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
@@ -194,7 +212,7 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
-    shares = OpShares(0.0, 0.0, 0.0)
+    shares = NO_SHARES
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
         for pairs, per_kind in out.items():
@@ -204,7 +222,7 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
                                   kind).values()
                 times = compute + OpTimes(sum(f for f, _ in comm), sum(b for _, b in comm), 0.0)
                 per_kind[kind] = min(per_kind.get(kind, math.inf), times.fwd_s + times.bwd_s)
-                shares = shares.most(_op_shares(times))
+                shares = shares.widen(OpShares.of(times))
     return out, shares
 
 
@@ -230,7 +248,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
         return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
-    shares = OpShares(0.0, 0.0, 0.0)
+    shares, head_shares = NO_SHARES, NO_SHARES
+    least_forward: dict[Recompute, float] = {}
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = dict.fromkeys(pairings(space), math.inf)
@@ -242,7 +261,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                 math.ceil(layer_times(model, kind, shard, b.gpu_spec, job.precision, shape.recompute).bwd_weight_s
                           * 1e6) for kind in kinds])
             times, layer_shares = _layer_s(instance, shape, b, intra_transports, space)
-            shares = shares.most(layer_shares).most(_op_shares(head))
+            shares = shares.widen(layer_shares)
+            least_forward[shape.recompute] = min(least_forward.get(shape.recompute, 1.0), layer_shares.forward_least)
+            head_shares = head_shares.widen(OpShares.of(head))
             for pairs, per_kind in times.items():
                 key = (shape, b.name, pairs)
                 layer_us[key] = int(min(per_kind.values()) * 1e6)
@@ -325,9 +346,11 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
-        synced_params_per_layer=synced_params, forward_share=shares.forward,
+        synced_params_per_layer=synced_params,
+        forward_share=max(shares.forward_most, head_shares.forward_most), least_forward_share=least_forward,
         # ZeRO-3's exposed gathers add the same to fwd and B (never to W): the B+W share tends to ½ at most
-        last_op_share={True: shares.weight, False: max(shares.backward, 0.5)},
+        last_op_share={True: max(shares.weight_most, head_shares.weight_most),
+                       False: max(shares.backward_most, head_shares.backward_most, 0.5)},
         intra_us_per_mib=intra_us, intra_hop_us=intra_hop, cross_us_per_mib=cross_us, cross_hop_us=cross_hop,
         cross_algorithm_steps={a: steps[a] for a in cross_algorithms},
         layer_grad_mib=min(layer_params(model, k, 1, 1).dense for k in kinds) * co.GRAD_REDUCE_BYTES / 2 / MIB,

@@ -146,6 +146,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
+    head_stages = []  # per building: (head_layers·c_b, c_b, LM head µs, when the LM-head stage is here)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
     t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
@@ -186,6 +187,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             t_head = _product(model, f"head_stage_{label}s_us[{building.name}]", pv.head_layers, per_layer)
             for condition in conditions:
                 model.Add(t_head_max >= t_head - discount + head).OnlyEnforceIf(condition)
+            if label == "layer":
+                head_stages.append((t_head, per_layer, head, conditions))
     model.Add(t_max >= t_head_max)
     # the slowest stage takes at least the average: pp·t_max ≥ the whole model on the fastest GPU (this is
     # what bounds MoE models, whose per-layer bound above is the cheaper dense layer)
@@ -249,9 +252,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
     v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None and v_shaped else []
     split_chain = None
+    v_head = _v_head_stage_wait(pv, coeffs, head_stages, fastest, before_head, hops) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
+            model.Add(pipeline >= v_head).OnlyEnforceIf(lit)
             for tail, m_tip, before_tip in v_tip:  # pp across: the tip is the last used building's last stage
                 model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_tip + SCALE * hops + 2 * V_SHAPE_CHAIN * before_tip
                           ).OnlyEnforceIf([lit, pp_mode, tail])
@@ -350,6 +355,35 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
+                       head_stages: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.LinearExprT, list]],
+                       fastest: cp_model.IntVar, before_head: cp_model.IntVar, hops: cp_model.IntVar
+                       ) -> cp_model.IntVar:
+    """V-shaped schedules: stage 0 holds the first chunk (n0 = ⌈h/2⌉ of its h layers) and the last (the LM
+    head's). Until micro-batch 0's forward has passed every other chunk (≥ L − h/2 layers at the least
+    forward share φ_lo of c_min, and every boundary: hops), stage 0 can only run first-chunk forwards (at
+    most φ_hi of those layers' time each); everything else it runs after: T ≥ hops + φ_lo·(L − h/2)·c_min
+    + m·((h − φ_hi·n0)·c_b + LM head), with h − φ_hi·n0 ≥ h·(1 − φ_hi/2) − φ_hi/2."""
+    model = pv.model
+    hi = math.ceil(SCALE * coeffs.forward_share)
+    # ZeRO-3's exposed gathers lengthen F at least as much as B: F's share tends to ½ at most
+    highs = [(hi, [])] if 3 not in pv.zero.values else [(hi, [pv.zero.lit(3).Not()]),
+                                                         (max(hi, SCALE // 2), [pv.zero.lit(3)])]
+    rest = _new(model, "v_head_stage_after_chain_us")  # per micro-batch: stage 0's work but first-chunk forwards
+    for (t_head, per_layer, head, conditions), (high, zero) in product(head_stages, highs):
+        for condition in conditions:
+            model.Add(2 * SCALE * rest >= (2 * SCALE - high) * t_head - high * per_layer + 2 * SCALE * head
+                      ).OnlyEnforceIf(condition + zero)
+    head_half = _product(model, "head_layers*c_min", pv.head_layers, fastest)
+    m_rest = _product(model, "m*v_head_stage_after_chain", pv.microbatches, rest)
+    wait = _new(model, "v_head_stage_wait_us")
+    for recompute, least in coeffs.least_forward_share.items():  # φ_lo of the plan's recompute mode
+        when = pv.shape.any_of(model, f"recompute={recompute.value}", lambda shape, r=recompute: shape.recompute == r)
+        model.Add(2 * SCALE * wait >= 2 * SCALE * (hops + m_rest) + int(SCALE * least) * (2 * before_head + head_half)
+                  ).OnlyEnforceIf(when)
+    return wait
 
 
 def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head: cp_model.IntVar,
