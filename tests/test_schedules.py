@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaleacross_opt.schedules import OpKind, get_schedule, schedule_names
+from scaleacross_opt.schedules.base import PipelineSchedule
 from scaleacross_opt.simulator import op_graph, simulate_workload
 from scaleacross_opt.simulator.synthetic import uniform_workload
 
@@ -92,3 +93,13 @@ def test_zb_v_greedy_order_lifts_its_activation_cap_instead_of_deadlocking() -> 
 
     orders = get_schedule("zb-v").timed_stage_ops(2, 2, 15, (8, 15, 1))
     assert [len(ops) for ops in orders] == [3 * 15 * 2] * 2
+
+
+def test_trailing_weight_ops_of_zb_h1_follow_its_op_order() -> None:
+    """ZB-H1's closed form (the last stage's p − 1 pending W ops and its last B's own) equals the count read
+    off the op order, which other schedules use; schedules without split backward trail none."""
+    schedule = get_schedule("zb-h1")
+    for pp in range(2, 7):
+        for m in range(pp, 3 * pp):
+            assert schedule.trailing_weight_ops(pp, 1, m) == PipelineSchedule.trailing_weight_ops(schedule, pp, 1, m)
+    assert get_schedule("1f1b").trailing_weight_ops(4, 1, 8) == 0
