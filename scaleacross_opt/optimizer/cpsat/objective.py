@@ -690,24 +690,20 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
 
 
 def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
-    """Layers of the first stage whose gradients sync after the pipeline ends: at least min_b layers[b] − 1
-    (the first stage finishes its backward last; the layer split may trim it by one), and no more than
-    ``head_layers`` where the schedule is V-shaped (its first stage is the LM-head stage)."""
+    """Layers of the first stage whose gradients sync after the pipeline ends: ``head_layers`` where the
+    schedule is V-shaped (its first stage is the LM-head stage), else at least min_b layers[b] − 1 (the
+    first stage finishes its backward last; the layer split may trim it by one)."""
     model = pv.model
     layers_total = pv.instance.job.model_spec.layers
     held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in pv.instance.cluster.buildings]
     for b, var in enumerate(held):
         model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
         model.Add(var == layers_total).OnlyEnforceIf(pv.used[b].Not())
-    head = model.NewIntVar(0, layers_total, "first_stage_head_layers")  # the whole model unless V-shaped
-    model.Add(head == pv.head_layers).OnlyEnforceIf(v_shape)
-    model.Add(head == layers_total).OnlyEnforceIf(v_shape.Not())
     fewest = _new(model, "fewest_layers", layers_total)
     model.AddMinEquality(fewest, held)
-    untrimmed = _new(model, "fewest_layers_untrimmed", layers_total)
-    model.AddMaxEquality(untrimmed, [0, fewest - 1])
-    sync_layers = _new(model, "sync_layers", layers_total)
-    model.AddMinEquality(sync_layers, [head, untrimmed])
+    sync_layers = _new(model, "sync_layers", layers_total)  # only lower bounds: the objective grows with it
+    model.Add(sync_layers >= pv.head_layers).OnlyEnforceIf(v_shape)
+    model.Add(sync_layers >= fewest - 1).OnlyEnforceIf(v_shape.Not())
     return sync_layers
 
 
