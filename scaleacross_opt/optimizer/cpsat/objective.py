@@ -250,7 +250,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
-    v_tip = _v_tip_chains(pv, per_layer_times, layer_stage_times, fastest) if pp_mode is not None and v_shaped else []
+    v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"])
+             if pp_mode is not None and v_shaped else [])
     split_chain = None
     v_head = _v_head_stage_wait(pv, coeffs, head_stages, fastest, before_head, hops) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
@@ -404,10 +405,11 @@ def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head
 
 
 def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
-                  fastest: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]:
-    """PP across under a V-shaped schedule: per building b, (b is the last used one, m·t_tip, layers before the
-    tip · c_min). The V's tip is the pipeline's last stage, in the last used building; the layer split trims
-    its excess (≤ pp − 2 layers) from the first stages after the LM-head stage 0, so the tip keeps
+                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar]
+                  ) -> list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]:
+    """PP across under a V-shaped schedule: per building b, (b is the last used one (``last_used``), m·t_tip,
+    layers before the tip · c_min). The V's tip is the pipeline's last stage, in the last used building; the
+    layer split trims its excess (≤ pp − 2 layers) from the first stages after the LM-head stage 0, so the tip keeps
     ``layers[b]`` unless a stage before it sits at the floor of v layers (then ≥ ``layers[b]`` − 1). The
     stages before the tip hold the other L − tip layers, half of each (chunk 0, the first chunk gets the
     extra layer) on micro-batch 0's first forward pass to the tip."""
@@ -423,10 +425,7 @@ def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: li
     trimmed = model.NewBoolVar("v_tip_may_be_trimmed")
     model.AddMaxEquality(trimmed, at_floor)
     out = []
-    for b, name in enumerate(pv.buildings):
-        tail = model.NewBoolVar(f"last_used_building[{name}]")
-        model.AddBoolAnd([used[b], *[u.Not() for u in used[b + 1:]]]).OnlyEnforceIf(tail)
-        model.AddBoolOr([used[b].Not(), *used[b + 1:], tail])
+    for b, (name, tail) in enumerate(zip(pv.buildings, last_used, strict=True)):
         tip = _new(model, f"v_tip_stage_us[{name}]", min(HORIZON_US, _upper(per_layer[b]) * total))
         model.Add(tip == stage_time[b]).OnlyEnforceIf([tail, trimmed.Not()])
         model.Add(tip == stage_time[b] - per_layer[b]).OnlyEnforceIf([tail, trimmed])

@@ -65,10 +65,10 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     # The LM-head stage is in the last used building in cluster order (first for V-shaped schedules).
     v_shape = pv.schedule_chunks.any_of(model, "v_shaped_schedule",
                                         lambda chunks: get_schedule(chunks[0]).head_stage(2, chunks[1]) == 0)
+    ends = {side: [_end_of_used(pv, b, side) for b in range(n_b)] for side in ("first", "last")}
     for b in range(n_b):
-        for side, others in ((v_shape.Not(), pv.used[b + 1:]), (v_shape, pv.used[:b])):
-            model.AddBoolAnd([pv.used[b], *[u.Not() for u in others]]).OnlyEnforceIf([pv.head[b], side])
-            model.AddBoolOr([pv.used[b].Not(), *others, pv.head[b]]).OnlyEnforceIf(side)
+        model.Add(pv.head[b] == ends["last"][b]).OnlyEnforceIf(v_shape.Not())
+        model.Add(pv.head[b] == ends["first"][b]).OnlyEnforceIf(v_shape)
     model.AddExactlyOne(pv.head)
     group_head = _add_groups(pv, v_shape)
     head_slots, only_heads = [], []
@@ -121,7 +121,16 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads,
-            "v_shape": [v_shape]}
+            "v_shape": [v_shape], "last_used": ends["last"]}
+
+
+def _end_of_used(pv: PlanVars, b: int, side: str) -> cp_model.IntVar:
+    """A literal true exactly when building b is the first (``side`` 'first') or last used one in cluster order."""
+    others = pv.used[:b] if side == "first" else pv.used[b + 1:]
+    end = pv.model.NewBoolVar(f"{side}_used_building[{pv.buildings[b]}]")
+    pv.model.AddBoolAnd([pv.used[b], *[u.Not() for u in others]]).OnlyEnforceIf(end)
+    pv.model.AddBoolOr([pv.used[b].Not(), *others, end])
+    return end
 
 
 def _add_groups(pv: PlanVars, v_shape: cp_model.IntVar) -> list[cp_model.IntVar]:
