@@ -5,7 +5,7 @@ Enumerates exactly the plans the CP-SAT model can express — degrees, schedule,
 every layer split of its family (per-building stage sizes and the LM-head stage; the excess over the
 model's layers, less than the number of other stages, trimmed one layer each from the first stages),
 pp+dp groupings (every partition into groups, stage and replica splits, one even layer split),
-network settings, and the gradient bucket sizes (which the model's bound covers) — with the same
+network settings, and the gradient bucket sizes (the model's bucket factor) — with the same
 pins for settings that cannot matter (cross-building settings when nothing crosses, the cross
 algorithm unless DP crosses, the schedule when pp = 1). Structural rules are applied here; memory
 is left to the validator.

@@ -83,6 +83,14 @@ class DesignSpace:
     tp_comm_overlap: bool = True
     bucket_factors: tuple[int, ...] = DEFAULT_BUCKET_FACTORS  # gradient bucket = Megatron's default × factor
 
+    @staticmethod
+    def bucket_size(plan: Plan, factor: int) -> int | None:
+        """``plan``'s gradient bucket at Megatron's default × ``factor``, capped at the largest a plan may state
+        (None: the default itself, or where the size does not matter)."""
+        if factor == 1 or not sizes_dp_buckets(plan):
+            return None
+        return min(default_dp_bucket_params(plan) * factor, B.MAX_BUCKET_PARAMS)
+
     def bucket_sizes(self, plan: Plan) -> list[int | None]:
         """The gradient bucket sizes ``plan`` may take, smallest first (None: the default; [None] where
         the size does not matter)."""
@@ -90,8 +98,8 @@ class DesignSpace:
             return [None]
         default = default_dp_bucket_params(plan)
         sizes: list[int | None] = []
-        for factor in sorted(set(self.bucket_factors)):  # capped at the largest a plan may state
-            size = None if factor == 1 else min(default * factor, B.MAX_BUCKET_PARAMS)
+        for factor in sorted(set(self.bucket_factors)):
+            size = self.bucket_size(plan, factor)
             if size not in sizes and (size is None or size > default):
                 sizes.append(size)
         return sizes or [None]

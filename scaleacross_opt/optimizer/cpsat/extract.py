@@ -66,17 +66,20 @@ def extract_plan(pv: PlanVars, values: Values) -> Plan:
         cross = values.chosen(pv.cross_transport).with_algorithm(values.chosen(pv.cross_algorithm))
     else:  # a single building: nothing crosses, the class mirrors the intra-building settings
         cross = intra
-    return Plan(
+    plan = Plan(
         tp=shape.tp, cp=shape.cp, pp=values.chosen(pv.pp), dp=values.chosen(pv.dp), ep=shape.ep,
         virtual_stages=virtual, micro_batch_size=shape.micro_batch_size, schedule=schedule,
         recompute=shape.recompute, zero_stage=values.chosen(pv.zero), tp_comm_overlap=pv.space.tp_comm_overlap,
         placement=placement, network=NetworkConfig(intra_building=intra, cross_building=cross),
     )
+    size = pv.space.bucket_size(plan, values.chosen(pv.bucket))
+    return plan if size is None else plan.model_copy(update={"dp_bucket_params": size})
 
 
 def _identity_choices(pv: PlanVars) -> list[OneHot]:
     return [choice for choice in (pv.shape, pv.pp, pv.dp, pv.zero, pv.schedule_chunks, pv.mode, pv.intra_algorithm,
-                                  pv.intra_transport, pv.cross_algorithm, pv.cross_transport) if choice is not None]
+                                  pv.intra_transport, pv.cross_algorithm, pv.cross_transport, pv.bucket)
+            if choice is not None]
 
 
 def identity_vars(pv: PlanVars) -> list[cp_model.IntVar]:
@@ -115,12 +118,24 @@ def fix_irrelevant_choices(pv: PlanVars) -> None:
 
     Cross-building network settings matter only when something crosses; the cross-building
     collective algorithm only when DP crosses (dp, pp+dp); with one pipeline stage every schedule runs the same
-    ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations.
+    ops, so pp = 1 uses the (schedule, v) pair that holds the fewest activations; the gradient bucket's size
+    only for ZeRO-0..2 with dp·cp > 1.
     """
     model = pv.model
     pair = pv.space.single_stage_schedule()
     if 1 in pv.pp.values and pair is not None:
         model.Add(pv.schedule_chunks.lit(pair) == 1).OnlyEnforceIf(pv.pp.lit(1))
+    # the gradient bucket's size matters only for ZeRO-0..2 with dp·cp > 1 (``sizes_dp_buckets``): else factor 1
+    irrelevant = [pv.zero.lit(3)] if 3 in pv.zero.values else []
+    if 1 in pv.dp.values and 1 in pv.cp.values:
+        alone = model.NewBoolVar("dp*cp=1")
+        model.AddBoolAnd([pv.dp.lit(1), pv.cp.lit(1)]).OnlyEnforceIf(alone)
+        model.AddBoolOr([pv.dp.lit(1).Not(), pv.cp.lit(1).Not(), alone])
+        irrelevant.append(alone)
+    for lit in irrelevant:
+        model.AddImplication(lit, pv.bucket.lit(1))
+    if 1 not in pv.space.bucket_factors:  # the default size is not on the ladder where the size matters
+        model.AddBoolOr([pv.bucket.lit(1).Not(), *irrelevant])
     if pv.cross_transport is None or pv.cross_algorithm is None:
         return
     for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True):
@@ -172,6 +187,8 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         choose(pv.intra_algorithm, net.intra_building.collective_algorithm),
         choose(pv.intra_transport, transport_of(pv.intra_transport, net.intra_building)),
         choose(pv.cross_algorithm, cross_algorithm), choose(pv.cross_transport, cross_transport),
+        choose(pv.bucket, next((f for f in pv.bucket.values
+                                if pv.space.bucket_size(plan, f) == plan.dp_bucket_params), None)),
     ))
     if not ok:
         return None

@@ -29,9 +29,11 @@ updated weights over the same ring after the optimizer: exposed ≥ that chunk's
 first forward of it (≤ φ·t_max / v, φ the largest forward share fwd ÷ (fwd+bwd) of any layer or LM head;
 the later chunks' gathers may hide behind the forwards before theirs).
 Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
-layer under ZeRO-3, else ≥ min(chunk, half a default bucket), valid for every bucket ≥ Megatron's default):
+layer under ZeRO-3, else ≥ min(chunk, half the plan's bucket: Megatron's default × its bucket factor)):
 exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
-ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the next step's first op).
+ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the next step's first op); each
+of the first chunk's n buckets pays the collective's latency, so its sync and gather carry (n − 1) more
+(``_more_buckets_latency``: n ≥ the chunk's parameters ÷ the bucket, or its layers under ZeRO-3).
 step ≥ pipeline + exposed DP + optimizer + exposed gather.
 """
 
@@ -47,6 +49,7 @@ from ...catalog import coefficients as co
 from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
+from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
 from .variables import OneHot, PlanVars, Transport
 
@@ -305,10 +308,14 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
         v_chunks[v] = pv.schedule_chunks.any_of(model, f"v={v}", lambda chunks, v=v: chunks[1] == v)
     sync_layers = _sync_layers(pv, products["v_shape"][0])
-    bucket_layers = _last_bucket_layers(pv, coeffs, groups, sync_layers, v_chunks)
+    chunk_steps = _first_chunk_steps(pv, sync_layers, v_chunks)
+    bucket_layers = _last_bucket_layers(pv, coeffs, groups, chunk_steps)
     spans = [("dp_sync", sync_layers, 1)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
                                              if bucket_layers is not None else [])
-    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans)
+    bucket_latency = _new(model, "dp_bucket_latency_us")
+    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency)
+    # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
+    extra = _more_buckets_latency(pv, coeffs, groups, chunk_steps, bucket_latency)
     dp_exposed = _new(model, "dp_exposed_us")
     # A chunk's buckets are released within its last backward op (≤ ψ·t_max / v, ψ its largest share of a
     # layer's fwd+bwd: W's where the schedule splits the backward, B+W's where not): at most that much of its
@@ -318,7 +325,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     for splits, split_lit in ((False, unsplit), (True, unsplit.Not())):
         last_op = math.ceil(SCALE * coeffs.last_op_share[splits])
         for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
-            model.Add(SCALE * v * dp_exposed >= SCALE * dp_total - last_op * t_max).OnlyEnforceIf([v_on, split_lit])
+            model.Add(SCALE * v * dp_exposed >= SCALE * (dp_total + v * extra) - last_op * t_max
+                      ).OnlyEnforceIf([v_on, split_lit])
     # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
     # last bucket as it ends: that bucket is exposed whole.
     for bucket in last_bucket:
@@ -338,7 +346,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         for v, v_on in v_chunks.items():
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total - forward * t_max
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total + SCALE * v * extra - forward * t_max
                       ).OnlyEnforceIf([zero12, v_on])
         for bucket in last_bucket:
             model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * bucket).OnlyEnforceIf(zero12)
@@ -706,39 +714,84 @@ def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
     return sync_layers
 
 
-def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sync_layers: cp_model.IntVar,
-                        v_chunks: dict[int, cp_model.IntVar]) -> cp_model.IntVar | None:
+def _first_chunk_steps(pv: PlanVars, sync_layers: cp_model.IntVar, v_chunks: dict[int, cp_model.IntVar]
+                       ) -> cp_model.IntVar:
+    """BUCKET_STEPS × the layers of the first stage's first chunk (the one whose backward ends the pipeline),
+    at least: ⌊BUCKET_STEPS·ℓ/v⌋ of the ℓ layers whose gradients sync after the pipeline."""
+    top = BUCKET_STEPS * pv.instance.job.model_spec.layers
+    chunk = _new(pv.model, "first_chunk_layers_steps", top)
+    for v, v_on in v_chunks.items():
+        pv.model.Add(v * chunk >= BUCKET_STEPS * sync_layers - (v - 1)).OnlyEnforceIf(v_on)
+    return chunk
+
+
+def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk: cp_model.IntVar
+                        ) -> cp_model.IntVar | None:
     """BUCKET_STEPS × the layers' worth of gradients in the first stage's last bucket (of its first chunk,
     the one whose backward ends the pipeline), rounded down; None for MoE models (dense and expert buffers
     bucket apart). ZeRO-3: one layer. ZeRO-0..2: a chunk of P ≥ ℓ/v layers' parameters in buckets of
-    B ≥ Megatron's default (the search never goes below it) holds P / ⌈P/B⌉ ≥ min(P, B/2) per bucket
-    (the stage's embedding only adds to P), i.e. ≥ min(ℓ/v, B / (2·params per layer)) layers."""
+    B = Megatron's default × the plan's factor (≥ 1) holds P / ⌈P/B⌉ ≥ min(P, B/2) per bucket (the stage's
+    embedding only adds to P), i.e. ≥ min(ℓ/v, B / (2·params per layer)) layers."""
     if coeffs.model_expert_param_mib > 0:
         return None
     model = pv.model
     top = BUCKET_STEPS * pv.instance.job.model_spec.layers
-    chunk = _new(model, "first_chunk_layers_steps", top)  # ⌊BUCKET_STEPS·ℓ/v⌋
-    for v, v_on in v_chunks.items():
-        model.Add(v * chunk >= BUCKET_STEPS * sync_layers - (v - 1)).OnlyEnforceIf(v_on)
-    bucket = _new(model, "bucket_layers_steps", top)  # ≥ the bucket's layers at the plan's (shape, n, ZeRO)
+    default = _new(model, "default_bucket_layers_steps", top)  # ≥ a default bucket's layers at (shape, n)
     zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
-    if zero3 is not None:
-        model.Add(bucket >= BUCKET_STEPS).OnlyEnforceIf(zero3)
     for shape, shape_lit in zip(pv.shape.values, pv.shape.lits, strict=True):
         per_layer = coeffs.synced_params_per_layer[shape]
         for n, n_lit in groups:
             steps = min(top, int(BUCKET_STEPS * megatron_bucket_params(n) / 2 / per_layer))
             when = [shape_lit, n_lit] + ([zero3.Not()] if zero3 is not None else [])
-            model.Add(bucket >= steps).OnlyEnforceIf(when)
+            model.Add(default >= steps).OnlyEnforceIf(when)
+    bucket = _new(model, "bucket_layers_steps", top)  # ≥ the bucket's layers at the plan's (shape, n, ZeRO)
+    if max(pv.bucket.values) * megatron_bucket_params(max(n for n, _ in groups)) <= MAX_BUCKET_PARAMS:
+        factor = _choice_var(pv, pv.bucket, "bucket_factor_v", pv.bucket.values)
+        model.AddMinEquality(bucket, [top, _product(model, "factor*default_bucket_layers_steps", factor, default)])
+    else:  # sizes may be capped below default × factor: only the default is sure
+        model.Add(bucket == default)
+    if zero3 is not None:
+        model.Add(bucket >= BUCKET_STEPS).OnlyEnforceIf(zero3)
     last = _new(model, "last_bucket_layers_steps", top)
     model.AddMinEquality(last, [chunk, bucket])
     return last
 
 
+def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_steps: cp_model.IntVar,
+                          bucket_latency: cp_model.IntVar) -> cp_model.IntVar | int:
+    """(n − 1)·latency: the first chunk syncs (and ZeRO-1/2 gathers) its gradients in n buckets, each its own
+    collective (``cost.step.dp_buckets``): under ZeRO-3 one per layer, else n ≥ the chunk's parameters ÷ the
+    bucket (Megatron's default for the plan's dp·cp × the plan's factor). Dense models only (MoE models keep
+    their expert gradients in a bucket of their own: 0)."""
+    if coeffs.model_expert_param_mib > 0:
+        return 0
+    model = pv.model
+    kiloparams = [int(coeffs.synced_params_per_layer[shape] / 1000) for shape in pv.shape.values]
+    per_layer = _choice_var(pv, pv.shape, "synced_kiloparams_per_layer", kiloparams)
+    chunk_kiloparams = _product(model, "first_chunk_kiloparams_steps", chunk_steps, per_layer)  # × BUCKET_STEPS
+    layers = pv.instance.job.model_spec.layers
+    sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
+             for factor in pv.bucket.values for d, _ in groups}
+    top = layers + max(kiloparams) * layers // min(sizes.values()) + 1
+    buckets = _new(model, "first_chunk_buckets", top)
+    model.Add(buckets >= 1)
+    zero3 = [pv.zero.lit(3)] if 3 in pv.zero.values else []
+    for lit in zero3:
+        model.Add(BUCKET_STEPS * buckets >= chunk_steps).OnlyEnforceIf(lit)
+    for (factor, d), size in sizes.items():
+        model.Add(BUCKET_STEPS * size * buckets >= chunk_kiloparams).OnlyEnforceIf(
+            [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
+    more = _new(model, "first_chunk_more_buckets", top)
+    model.Add(more == buckets - 1)
+    return _product(model, "more_buckets*latency_us", more, bucket_latency)
+
+
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]]) -> list[cp_model.IntVar]:
+                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar
+                 ) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
-    stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once)."""
+    stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
+    ``bucket_latency`` is bounded below by)."""
     model = pv.model
     buildings = pv.instance.cluster.buildings
     intra_latency = _new(model, "dp_intra_latency_us")
@@ -776,16 +829,19 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
          _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport],
                                     f"hierarchical[{t}]", successors))
         for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True))]
-    return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges)
-            for span in spans]
+    model.Add(bucket_latency >= intra_latency)
+    return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
+                       bucket_latency if i == 0 else None) for i, span in enumerate(spans)]
 
 
 def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple[str, cp_model.IntVar, int],
                per_layer: cp_model.IntVar, intra_latency: cp_model.IntVar, all_several: cp_model.IntVar,
                whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
-               edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]) -> cp_model.IntVar:
+               edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]],
+               bucket_latency: cp_model.IntVar | None) -> cp_model.IntVar:
     """One span of ``_add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
-    building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm."""
+    building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm; the
+    crossing's latency also bounds ``bucket_latency`` below (when given)."""
     model = pv.model
     name, layers, per = span
     total = _new(model, f"{name}_total_us")
@@ -820,11 +876,15 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
                 if steps == "buildings":
                     outer = sum(pv.used) - 1 if mode is CrossBuilding.DP else 1
                     model.Add(per * cross >= wide_layers_us + per * hop * outer).OnlyEnforceIf(when)
+                    if bucket_latency is not None:  # the inner rings' latency and the outer ring's
+                        model.Add(bucket_latency >= intra_latency + hop * outer).OnlyEnforceIf(when)
                     continue
                 for d, d_lit in groups:
                     latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
                     model.Add(SCALE * per * cross >= int(SCALE * ring_factor(d)) * flat_layers_us
                               + SCALE * per * latency).OnlyEnforceIf([*when, d_lit])
+                    if bucket_latency is not None:
+                        model.Add(bucket_latency >= min(latency, HORIZON_US)).OnlyEnforceIf([*when, d_lit])
     model.Add(total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:

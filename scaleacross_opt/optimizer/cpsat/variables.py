@@ -106,6 +106,7 @@ class PlanVars:
     intra_transport: OneHot[Transport]
     cross_algorithm: OneHot[CollectiveAlgorithm] | None
     cross_transport: OneHot[Transport] | None
+    bucket: OneHot[int]  # gradient bucket = Megatron's default × this factor (1 where the size does not matter)
     tp_var: cp_model.IntVar
     cp_var: cp_model.IntVar
     pp_var: cp_model.IntVar
@@ -163,6 +164,7 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         intra_transport=one_hot(model, "intra_transport", intra_transports),
         cross_algorithm=one_hot(model, "cross_alg", cross_algs) if cross_algs else None,
         cross_transport=one_hot(model, "cross_transport", cross_transports) if cross_transports else None,
+        bucket=one_hot(model, "bucket_factor", sorted(set(space.bucket_factors) | {1})),
         tp_var=int_of(model, "tp_v", tp), cp_var=int_of(model, "cp_v", cp), pp_var=int_of(model, "pp_v", pp),
         dp_var=int_of(model, "dp_v", dp), ep_var=int_of(model, "ep_v", ep),
         micro_batch_var=int_of(model, "mbs_v", micro_batch), virtual_var=virtual,
