@@ -89,8 +89,9 @@ class Coefficients:
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
     forward_share: float  # the largest fwd ÷ (fwd+bwd) of any layer kind or LM head, shape, GPU and transport
-    # the least fwd ÷ (fwd+bwd) of any layer kind, shape, GPU and transport, by the shape's recompute mode
-    least_forward_share: dict[Recompute, float]
+    # the (least, largest) fwd ÷ (fwd+bwd) of any layer kind, shape, GPU and transport, by the shape's recompute
+    # mode (layers only, not the LM head)
+    layer_forward_shares: dict[Recompute, tuple[float, float]]
     # the largest share of fwd+bwd a chunk's last backward op takes (the op its gradient buckets are released
     # in), by whether the schedule splits the backward: W ÷ (fwd+bwd) if it does, (B+W) ÷ (fwd+bwd) if not
     last_op_share: dict[bool, float]
@@ -249,7 +250,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     shares, head_shares = NO_SHARES, NO_SHARES
-    least_forward: dict[Recompute, float] = {}
+    layer_forward: dict[Recompute, tuple[float, float]] = {}
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = dict.fromkeys(pairings(space), math.inf)
@@ -262,7 +263,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                           * 1e6) for kind in kinds])
             times, layer_shares = _layer_s(instance, shape, b, intra_transports, space)
             shares = shares.widen(layer_shares)
-            least_forward[shape.recompute] = min(least_forward.get(shape.recompute, 1.0), layer_shares.forward_least)
+            least, most = layer_forward.get(shape.recompute, (1.0, 0.0))
+            layer_forward[shape.recompute] = (min(least, layer_shares.forward_least),
+                                              max(most, layer_shares.forward_most))
             head_shares = head_shares.widen(OpShares.of(head))
             for pairs, per_kind in times.items():
                 key = (shape, b.name, pairs)
@@ -347,7 +350,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         synced_params_per_layer=synced_params,
-        forward_share=max(shares.forward_most, head_shares.forward_most), least_forward_share=least_forward,
+        forward_share=max(shares.forward_most, head_shares.forward_most), layer_forward_shares=layer_forward,
         # ZeRO-3's exposed gathers add the same to fwd and B (never to W): the B+W share tends to ½ at most
         last_op_share={True: max(shares.weight_most, head_shares.weight_most),
                        False: max(shares.backward_most, head_shares.backward_most, 0.5)},

@@ -373,25 +373,26 @@ def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
     """V-shaped schedules: stage 0 holds the first chunk (n0 = ⌈h/2⌉ of its h layers) and the last (the LM
     head's). Until micro-batch 0's forward has passed every other chunk (≥ L − h/2 layers at the least
     forward share φ_lo of c_min, and every boundary: hops), stage 0 can only run first-chunk forwards (at
-    most φ_hi of those layers' time each); everything else it runs after: T ≥ hops + φ_lo·(L − h/2)·c_min
+    most φ_hi of those layers' time each; φ per recompute mode, over layers: the first chunk holds no LM
+    head); everything else it runs after: T ≥ hops + φ_lo·(L − h/2)·c_min
     + m·((h − φ_hi·n0)·c_b + LM head), with h − φ_hi·n0 ≥ h·(1 − φ_hi/2) − φ_hi/2."""
     model = pv.model
-    hi = math.ceil(SCALE * coeffs.forward_share)
-    # ZeRO-3's exposed gathers lengthen F at least as much as B: F's share tends to ½ at most
-    highs = [(hi, [])] if 3 not in pv.zero.values else [(hi, [pv.zero.lit(3).Not()]),
-                                                         (max(hi, SCALE // 2), [pv.zero.lit(3)])]
+    zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
     rest = _new(model, "v_head_stage_after_chain_us")  # per micro-batch: stage 0's work but first-chunk forwards
-    for (t_head, per_layer, head, conditions), (high, zero) in product(head_stages, highs):
-        for condition in conditions:
-            model.Add(2 * SCALE * rest >= (2 * SCALE - high) * t_head - high * per_layer + 2 * SCALE * head
-                      ).OnlyEnforceIf(condition + zero)
     head_half = _product(model, "head_layers*c_min", pv.head_layers, fastest)
     m_rest = _product(model, "m*v_head_stage_after_chain", pv.microbatches, rest)
     wait = _new(model, "v_head_stage_wait_us")
-    for recompute, least in coeffs.least_forward_share.items():  # φ_lo of the plan's recompute mode
+    for recompute, (least, most) in coeffs.layer_forward_shares.items():  # φ_lo, φ_hi of the plan's recompute
         when = pv.shape.any_of(model, f"recompute={recompute.value}", lambda shape, r=recompute: shape.recompute == r)
         model.Add(2 * SCALE * wait >= 2 * SCALE * (hops + m_rest) + int(SCALE * least) * (2 * before_head + head_half)
                   ).OnlyEnforceIf(when)
+        hi = math.ceil(SCALE * most)
+        # ZeRO-3's exposed gathers lengthen F at least as much as B: F's share tends to ½ at most
+        highs = [(hi, [])] if zero3 is None else [(hi, [zero3.Not()]), (max(hi, SCALE // 2), [zero3])]
+        for (t_head, per_layer, head, conditions), (high, zero) in product(head_stages, highs):
+            for condition in conditions:
+                model.Add(2 * SCALE * rest >= (2 * SCALE - high) * t_head - high * per_layer + 2 * SCALE * head
+                          ).OnlyEnforceIf([*condition, *zero, when])
     return wait
 
 
