@@ -206,16 +206,18 @@ def pairings(space: DesignSpace) -> list[bool]:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares]:
+             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares, float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
-    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); and
-    the largest share of each op (``OpShares``) of any kind, transport and pairing."""
+    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); the
+    ranges of each op's share (``OpShares``) over kinds, transports and pairings; and the longest weight-
+    gradient op (W, seconds) of any kind."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
-    shares = NO_SHARES
+    shares, weight_s = NO_SHARES, 0.0
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
+        weight_s = max(weight_s, compute.bwd_weight_s)
         for pairs, per_kind in out.items():
             probe = next(name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs)
             for t in transports:
@@ -224,7 +226,7 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
                 times = compute + OpTimes(sum(f for f, _ in comm), sum(b for _, b in comm), 0.0)
                 per_kind[kind] = min(per_kind.get(kind, math.inf), times.fwd_s + times.bwd_s)
                 shares = shares.widen(OpShares.of(times))
-    return out, shares
+    return out, shares, weight_s
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -258,10 +260,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
             head_weight_us[shape] = max(head_weight_us.get(shape, 0), math.ceil(head.bwd_weight_s * 1e6))
-            layer_weight_us[shape] = max([layer_weight_us.get(shape, 0)] + [
-                math.ceil(layer_times(model, kind, shard, b.gpu_spec, job.precision, shape.recompute).bwd_weight_s
-                          * 1e6) for kind in kinds])
-            times, layer_shares = _layer_s(instance, shape, b, intra_transports, space)
+            times, layer_shares, weight_s = _layer_s(instance, shape, b, intra_transports, space)
+            layer_weight_us[shape] = max(layer_weight_us.get(shape, 0), math.ceil(weight_s * 1e6))
             shares = shares.widen(layer_shares)
             least, most = layer_forward.get(shape.recompute, (1.0, 0.0))
             layer_forward[shape.recompute] = (min(least, layer_shares.forward_least),
