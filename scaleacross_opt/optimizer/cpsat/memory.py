@@ -39,17 +39,20 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: tuple[
     model.Add(sharded_per == pv.zero.linear(shard_weights))
     for b, building in enumerate(pv.instance.cluster.buildings):
         name = building.name
+        # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
+        # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
+        # sum inside int64 at the largest inputs, and admits the same plans.
+        limit = 1024 * IN_FLIGHT_SCALE * coeffs.capacity_kib[name]
         held = _product(model, f"inflight*layers[{name}]", in_flight, pv.layers[b], in_flight_max * layers)
         activations = _product(model, f"act_kib_x100[{name}]", held, act_per_layer,
-                               in_flight_max * layers * max(act_weights))
+                               min(in_flight_max * layers * max(act_weights), limit // 1024))
         params = _product(model, f"kiloparams[{name}]", pv.layers[b], kiloparams, layers * max(param_weights))
         whole = _product(model, f"whole_state_kilobytes[{name}]", params, bytes_per_param,
-                         layers * max(param_weights) * max(whole_bytes))
+                         min(layers * max(param_weights) * max(whole_bytes), limit // (100 * 1000)))
         sharded = _product(model, f"sharded_kib_x1024[{name}]", layers_pp[b], sharded_per,
-                           max_pp * layers * max(shard_weights))
-        # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity
+                           min(max_pp * layers * max(shard_weights), limit // 100))
         total = 1024 * activations + 100 * 1000 * whole + 100 * sharded
-        model.Add(total <= 1024 * IN_FLIGHT_SCALE * coeffs.capacity_kib[name]).OnlyEnforceIf(pv.used[b])
+        model.Add(total <= limit).OnlyEnforceIf(pv.used[b])
 
 
 KIB_FRACTION = 1024  # the DP-sharded state is tabulated in 1/1024 KiB: it can be tiny per layer at scale
