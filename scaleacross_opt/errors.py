@@ -47,3 +47,7 @@ class NoPlanInTimeError(Exception):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+class SimulationDeadlineError(Exception):
+    """A simulation given a deadline (``time.perf_counter()`` value) was still running when it passed."""

@@ -14,7 +14,7 @@ import pytest
 
 from scaleacross_opt.cost.step import exposed_dp_s
 from scaleacross_opt.simulator import report_from_result, simulate_workload, write_trace
-from scaleacross_opt.simulator.engine import _event_loop, _resources, op_graph
+from scaleacross_opt.simulator.engine import _Clock, _event_loop, _resources, op_graph
 from scaleacross_opt.simulator.synthetic import uniform_workload
 
 
@@ -98,7 +98,7 @@ def test_event_loop_matches_list_schedule_without_contention() -> None:
         _, pair_resource, work, latency = _resources(graph, group, wl)
         res = np.full(dur.size, -1)
         res[graph.remote] = pair_resource[graph.pair_index[graph.remote]]
-        end, _, arrive = _event_loop(graph, dur, res, work, latency)
+        end, _, arrive = _event_loop(graph, dur, res, work, latency, _Clock(None))
         np.testing.assert_allclose(end, timeline.end, rtol=1e-12)
         np.testing.assert_allclose(arrive, timeline.arrive, rtol=1e-12)
 
@@ -161,7 +161,7 @@ def test_trace_export(tmp_path: Path) -> None:
 def test_zb_v_runs_the_faster_of_the_unit_and_the_timed_order() -> None:
     """ZB-V's greedy order computed for the plan's F:B:W ratio is tried beside the unit-time one and the
     faster is kept: never slower than the unit order, and clearly faster when W is cheap."""
-    from scaleacross_opt.simulator.engine import _simulate_order
+    from scaleacross_opt.simulator.engine import _Clock, _simulate_order
 
     gains = []
     for f, b, w in ((1.0, 1.0, 1.0), (1.0, 1.6, 0.4), (1.0, 0.7, 1.5), (2.0, 1.0, 0.5)):
@@ -170,7 +170,7 @@ def test_zb_v_runs_the_faster_of_the_unit_and_the_timed_order() -> None:
         group = replace(wl.groups[0], fwd_s=np.full(shape, f), bwd_input_s=np.full(shape, b),
                         bwd_weight_s=np.full(shape, w))
         wl = replace(wl, groups=(group,))
-        unit = _simulate_order(op_graph("zb-v", 8, 2, 16), wl, joint=False)[0].step_time_s
+        unit = _simulate_order(op_graph("zb-v", 8, 2, 16), wl, joint=False, clock=_Clock(None))[0].step_time_s
         chosen = simulate_workload(wl).step_time_s
         assert chosen <= unit * (1 + 1e-12)
         gains.append(1 - chosen / unit)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 
 from ..cost.report import StepReport
+from ..errors import SimulationDeadlineError
+from ..simulator.paced import Paced
 from ..spec import Instance, Plan
 
 # Draws in a row that meet only plans already simulated: a random search stops, the space it can
@@ -23,6 +25,7 @@ class Evaluator:
 
     def __init__(self, instance: Instance, *, deadline: float | None, max_calls: int | None):
         self.instance = instance
+        self.simulate = Paced.simulator()
         self.deadline = deadline
         self.max_calls = max_calls
         self.calls = 0
@@ -36,15 +39,17 @@ class Evaluator:
                 or (self.deadline is not None and time.perf_counter() >= self.deadline))
 
     def evaluate(self, plan: Plan) -> float | None:
-        """Simulated step time of ``plan`` (a valid plan), or None when the budget is spent."""
-        from ..simulator import simulate
-
+        """Simulated step time of ``plan`` (a valid plan), or None when the budget is spent (also when its
+        simulation runs past the deadline)."""
         key = plan.model_dump_json()
         if key in self._seen:
             return self._seen[key]
         if self.exhausted:
             return None
-        report = simulate(self.instance, plan)
+        try:  # the first plan runs to its end; the others stop at the deadline (which spends the budget)
+            report = self.simulate(self.instance, plan, None if self.best is None else self.deadline)
+        except SimulationDeadlineError:
+            return None
         self.calls += 1
         self._seen[key] = report.step_time_s
         if self.best is None or (report.step_time_s, key) < (self.best[1].step_time_s,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ..cost.report import StepReport
 from ..errors import InfeasibleError, NoPlanInTimeError
+from ..simulator.paced import Paced
 from ..spec import Instance, Plan
 from ..validation.plan_checks import validate_plan
 from .coefficients import build_coefficients, prune_space
@@ -73,9 +74,13 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     start_plans = cheap_baseline_plans(instance, space)
     # refinement stops early enough for its last simulations, the validator and the final estimate
     reserve_s = min(FINISH_RESERVE_MAX_S, FINISH_RESERVE_FRACTION * time_limit_s)
-    best, stats = refine(pv, evaluate, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
+    # the simulator and its screen refuse (or stop) a plan they could not finish before the deadline; another
+    # ``evaluate`` runs to the end
+    default = evaluate is _simulate
+    timed = Paced.simulator() if default else lambda inst, plan, _until: evaluate(inst, plan)
+    best, stats = refine(pv, timed, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
                          start_plans=start_plans, threads=threads, progress=progress,
-                         screen=estimate if evaluate is _simulate else None)
+                         screen=Paced.closed_form() if default else None)
     if best is None or best.report is None:
         if stats.status == "time_limit":
             raise NoPlanInTimeError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "

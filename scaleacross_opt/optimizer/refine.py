@@ -34,8 +34,9 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from ..cost.report import StepReport
-from ..spec import Instance, Plan
+from ..errors import SimulationDeadlineError
+from ..simulator.paced import TimedEvaluate
+from ..spec import Plan
 from ..validation.plan_checks import validate_plan
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
 from .cpsat.objective import HORIZON_US
@@ -157,9 +158,9 @@ ILS_PATIENCE = 8  # a polish phase ends after this many kicks in a row that did 
 class _Search:
     """The state of one hybrid search: the incumbent, every simulated plan, the statistics."""
 
-    def __init__(self, pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], deadline: float, seed: int,
+    def __init__(self, pv: PlanVars, simulate: TimedEvaluate, deadline: float, seed: int,
                  threads: int, progress: Callable[[str], None] | None,
-                 screen: Callable[[Instance, Plan], StepReport] | None = None):
+                 screen: TimedEvaluate | None = None):
         self.pv, self.simulate, self.deadline, self.seed, self.progress = pv, simulate, deadline, seed, progress
         self.screen = screen
         self.estimates: dict[str, float] = {}  # closed-form step of every screened plan (s)
@@ -185,8 +186,10 @@ class _Search:
         if key in self.evaluated:
             return self.evaluated[key]
         t0 = time.perf_counter()
-        report = self.simulate(self.pv.instance, plan)
-        self.stats.simulate_wall_s += time.perf_counter() - t0
+        try:  # the first plan is simulated to its end whatever it takes; the others only until the deadline
+            report = self.simulate(self.pv.instance, plan, None if self.best is None else self.deadline)
+        finally:
+            self.stats.simulate_wall_s += time.perf_counter() - t0
         self.stats.candidates_simulated += 1
         assignment = assignment or plan_assignment(self.pv, plan)
         if assignment is not None:
@@ -215,7 +218,7 @@ class _Search:
         if self.screen is None or key in self.evaluated:
             return False
         if key not in self.estimates:
-            self.estimates[key] = self.screen(self.pv.instance, plan).step_time_s
+            self.estimates[key] = self.screen(self.pv.instance, plan, self.deadline).step_time_s
             self.stats.screened += 1
         return self.estimates[key] / (1 + self.overshoot) > than_s
 
@@ -361,21 +364,25 @@ class _Search:
             self.unpolished.append(candidate)
 
 
-def refine(pv: PlanVars, simulate: Callable[[Instance, Plan], StepReport], *, deadline: float, seed: int,
+def refine(pv: PlanVars, simulate: TimedEvaluate, *, deadline: float, seed: int,
            top_k: int, start_plans: list[Plan] = (), threads: int = DEFAULT_THREADS,
            progress: Callable[[str], None] | None = None,
-           screen: Callable[[Instance, Plan], StepReport] | None = None) -> tuple[Candidate | None, SolveStats]:
+           screen: TimedEvaluate | None = None) -> tuple[Candidate | None, SolveStats]:
     """Run the hybrid search until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
-    candidate (None if no valid plan exists) and stats. ``start_plans`` (heuristic plans) are simulated
-    first, so the result is never worse than they are; each CP-SAT round runs ``threads`` workers. ``screen``:
-    a faster model that overshoots ``simulate`` by at most ``ESTIMATE_OVERSHOOT`` (module docstring). Ctrl-C
-    returns the best so far with status ``interrupted`` (re-raised if there is none)."""
+    candidate (None if no valid plan exists) and stats. ``simulate(instance, plan, deadline)`` may raise
+    ``SimulationDeadlineError`` past ``deadline`` (given once a plan is known): the search ends there.
+    ``start_plans`` (heuristic plans) are simulated first, so the result is never worse than they are;
+    each CP-SAT round runs ``threads`` workers. ``screen``: a faster model (called the same way) that
+    overshoots ``simulate`` by at most ``ESTIMATE_OVERSHOOT`` (module docstring). Ctrl-C returns the best so
+    far with status ``interrupted`` (re-raised if there is none)."""
     search = _Search(pv, simulate, deadline, seed, threads, progress, screen)
     stats = search.stats
     try:
         search.start_plans(list(start_plans))
         search.polish(time.perf_counter() + FIRST_POLISH_SHARE * (deadline - time.perf_counter()))
         search.rounds(top_k)
+    except SimulationDeadlineError:
+        stats.status = "time_limit"
     except KeyboardInterrupt:
         if search.best is None:
             raise

@@ -11,14 +11,15 @@ import numpy as np
 from ..cost.report import StepReport
 from ..cost.workload import LinkShare, StepWorkload
 from .engine import SimResult, op_graph, simulate_workload
+from .paced import Paced, op_count
 from .trace import trace_events, write_trace
 
 if TYPE_CHECKING:
     from ..spec.instance import Instance
     from ..spec.plan import Plan
 
-__all__ = ["SimResult", "op_graph", "report_from_result", "simulate", "simulate_workload", "trace_events",
-           "write_trace"]
+__all__ = ["Paced", "SimResult", "op_count", "op_graph", "report_from_result", "simulate",
+           "simulate_workload", "trace_events", "write_trace"]
 
 
 def _without_p2p(workload: StepWorkload) -> StepWorkload:
@@ -30,7 +31,7 @@ def _without_p2p(workload: StepWorkload) -> StepWorkload:
 
 def report_from_result(
     result: SimResult, workload: StepWorkload, *, model_flops: float, peak_flops: float, tokens: float,
-    memory_gib: float, capacity_gib: float, fits: bool,
+    memory_gib: float, capacity_gib: float, fits: bool, deadline: float | None = None,
 ) -> StepReport:
     """StepReport of a simulated step.
 
@@ -41,10 +42,10 @@ def report_from_result(
     makespan goes to the first class of ZeRO-3 gathers, EP all-to-all and CP ring that runs inside the ops
     (they slow each other and are slowed by the syncs), else to PP (the syncs slow the transfers); the
     busiest shared resource's excess over the timeline goes to DP (gradients cross buildings) or PP.
-    MFU = model FLOPs ÷ (Σ peak FLOP/s × step time).
+    MFU = model FLOPs ÷ (Σ peak FLOP/s × step time). ``deadline``: as ``simulate``'s.
     """
     makespan = result.apart_pipeline_end_s
-    free = simulate_workload(_without_p2p(workload), share=False).pipeline_end_s
+    free = simulate_workload(_without_p2p(workload), share=False, deadline=deadline).pipeline_end_s
     busy = max(float(g.busy_s.max()) for g in result.groups)
     comm = {k: float(workload.exposed_comm_s.get(k, 0.0)) for k in ("tp", "cp", "ep", "dp")}
     breakdown = {
@@ -86,8 +87,11 @@ def report_from_result(
     )
 
 
-def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = None) -> StepReport:
+def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = None,
+             deadline: float | None = None) -> StepReport:
     """Simulate one step of ``plan`` on ``instance``; optionally write a Chrome/Perfetto trace.
+    ``deadline`` (a ``time.perf_counter()`` value): raise ``errors.SimulationDeadlineError`` if the
+    simulation is still running when it passes.
 
     The plan's defaults are filled in first; the workload, memory and peak FLOP/s come from the
     cost model, so estimate and simulation differ only in how they compose the ops.
@@ -99,13 +103,13 @@ def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = Non
 
     plan = fill_defaults(instance, plan)
     workload = build_workload(instance, plan)
-    result = simulate_workload(workload)
+    result = simulate_workload(workload, deadline=deadline)
     job = instance.job
     memory = memory_per_gpu(instance, plan)
     report = report_from_result(
         result, workload, model_flops=model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size),
         peak_flops=peak_flops(instance, plan), tokens=float(job.tokens_per_step), memory_gib=memory.total_gib,
-        capacity_gib=memory.capacity_gib, fits=memory.fits,
+        capacity_gib=memory.capacity_gib, fits=memory.fits, deadline=deadline,
     )
     if trace_path is not None:
         metadata = {"instance": instance.name, "gpus": plan.num_gpus, "step_time_s": report.step_time_s,

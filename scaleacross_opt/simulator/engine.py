@@ -59,6 +59,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -67,10 +68,32 @@ import numpy as np
 
 from ..cost.step import gather_windows
 from ..cost.workload import OpFlow, PipelineGroup, StepWorkload
+from ..errors import SimulationDeadlineError
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
 from ..schedules.common import UNIT_OP_TIMES
 from .flows import FlowNetwork
+
+DEADLINE_CHECK_EVENTS = 4096  # an event loop reads the clock once per this many events (~10 ms of work)
+
+
+class _Clock:
+    """A simulation's deadline (a ``time.perf_counter()`` value, None: none), read every few thousand events."""
+
+    def __init__(self, deadline: float | None):
+        self.deadline = deadline
+        self.events = 0
+
+    def check(self) -> None:
+        """Raise ``SimulationDeadlineError`` if the deadline has passed."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise SimulationDeadlineError(f"simulation still running at its deadline ({self.events:,} events in)")
+
+    def tick(self) -> None:
+        """Count one event; check the deadline every ``DEADLINE_CHECK_EVENTS``."""
+        self.events += 1
+        if self.events % DEADLINE_CHECK_EVENTS == 0:
+            self.check()
 
 
 @dataclass(frozen=True, eq=False)
@@ -283,39 +306,45 @@ class SimResult:
         return self.graph.num_ops * len(self.groups)
 
 
-def simulate_workload(workload: StepWorkload, share: bool = True) -> SimResult:
+def simulate_workload(workload: StepWorkload, share: bool = True, deadline: float | None = None) -> SimResult:
     """Simulate one step of ``workload`` (see the module docstring for the model) with each candidate op
     order; the fastest is the step (a framework picks its order from profiled times the same way).
 
     Each order is first timed with the classes apart; sharing resources slows flows and never speeds one
     up, so the joint timeline runs only for orders that need it, fastest first, until the rest cannot win
     (an assumption where a slower op could reorder a first-come-first-served path queue: not seen)
-    (``share=False``: never; the classes meet only through the busiest-resource bound)."""
+    (``share=False``: never; the classes meet only through the busiest-resource bound).
+    ``deadline`` (a ``time.perf_counter()`` value): raise ``SimulationDeadlineError`` once it has passed
+    (checked between phases and every ``DEADLINE_CHECK_EVENTS`` events), so a caller with a time limit is
+    not held up by one plan of millions of ops."""
+    clock = _Clock(deadline)
     graphs = candidate_op_graphs(workload)
-    apart = [_simulate_order(graph, workload, joint=False) for graph in graphs]
+    apart = [_simulate_order(graph, workload, joint=False, clock=clock) for graph in graphs]
     best: tuple[float, int, SimResult] | None = None
     for step, index in sorted((result.step_time_s, i) for i, (result, _) in enumerate(apart)):
         if best is not None and step > best[0]:
             break
         result, shares = apart[index]
         if shares and share:
-            joint, _ = _simulate_order(graphs[index], workload, joint=True)
+            joint, _ = _simulate_order(graphs[index], workload, joint=True, clock=clock)
             result = replace(joint, apart_pipeline_end_s=result.pipeline_end_s)
         best = min(best or (math.inf, index, result), (result.step_time_s, index, result), key=lambda x: x[:2])
     assert best is not None
     return best[2]
 
 
-def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool) -> tuple[SimResult, bool]:
+def _simulate_order(graph: OpGraph, workload: StepWorkload, joint: bool, clock: _Clock
+                    ) -> tuple[SimResult, bool]:
     """One step of ``workload`` running the op order ``graph``, and whether its classes contend (their
     timelines apart ask some resource for more than its capacity). ``joint``: time them together (the
     joint timeline), else apart (exact when they do not contend)."""
+    clock.check()
     contended = _contended_resources(graph, workload)
     jobs = workload.dp_jobs
     if joint:
-        groups, dp_start, dp_end = _joint_timeline(graph, workload, contended)
+        groups, dp_start, dp_end = _joint_timeline(graph, workload, contended, clock)
     else:
-        groups = tuple(_simulate_group(graph, group, workload) for group in workload.groups)
+        groups = tuple(_simulate_group(graph, group, workload, clock) for group in workload.groups)
         last = graph.last_backward[jobs.stage, jobs.chunk]
         # as in the joint timeline: ``1 − ready_at`` of the op before it ends, not before its compute starts
         ready = np.max([np.maximum(g.start[last] + _inline_s(graph, group)[last],
@@ -440,7 +469,8 @@ def _shares(uses: dict[str, float], alone_s: float) -> list[tuple[str, float]]:
     return [(key, seconds / alone_s) for key, seconds in uses.items() if seconds > 0]
 
 
-def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload) -> GroupTimeline:
+def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload, clock: _Clock
+                    ) -> GroupTimeline:
     """Timeline of one group: list-scheduling pass, event loop if transfers contend."""
     bwd = group.bwd_input_s if graph.splits_backward else group.bwd_s
     table = np.stack([group.fwd_s, bwd, group.bwd_weight_s]).astype(np.float64)  # (3, pp, v)
@@ -459,7 +489,7 @@ def _simulate_group(graph: OpGraph, group: PipelineGroup, workload: StepWorkload
     arrive = send + serial + lat
     contended = _overlaps(send[remote], serial[remote], res[remote])
     if contended:
-        end, send, arrive = _event_loop(graph, dur, res, work, latency)
+        end, send, arrive = _event_loop(graph, dur, res, work, latency, clock)
     return GroupTimeline(
         name=group.name, start=end - dur, end=end, send=send, arrive=arrive, resource=res,
         resources=resources, busy_s=np.add.reduceat(dur, graph.stage_start[:-1]),
@@ -516,7 +546,7 @@ _OP_END, _ARRIVE = 0, 1
 
 
 def _event_loop(
-    graph: OpGraph, dur: np.ndarray, res: np.ndarray, work: np.ndarray, latency: np.ndarray
+    graph: OpGraph, dur: np.ndarray, res: np.ndarray, work: np.ndarray, latency: np.ndarray, clock: _Clock
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact timeline with first-come-first-served transfers: (op end, transfer send, transfer arrival).
 
@@ -537,6 +567,7 @@ def _event_loop(
     heapq.heapify(events)
     push, pop = heapq.heappush, heapq.heappop
     while events:
+        clock.tick()
         t, etype, i = pop(events)
         if etype == _OP_END:
             end[i] = t
@@ -659,7 +690,7 @@ def _contended_resources(graph: OpGraph, workload: StepWorkload) -> set[str]:
     return {key for key, u in most.items() if u > 1.0 + 1e-9}
 
 
-def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
+def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str], clock: _Clock
                     ) -> tuple[tuple[GroupTimeline, ...], np.ndarray, np.ndarray]:
     """Every group's pipeline and the DP syncs in one event loop, all traffic sharing the resources.
 
@@ -815,6 +846,7 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str]
             if st["pending"][i] == 0:
                 start_op(g, i, 0.0)
     while events or net:
+        clock.tick()
         t = min(events[0][0] if events else math.inf, net.next_finish())
         for what, a, b in net.advance(t):
             if what in ("op", "compute"):

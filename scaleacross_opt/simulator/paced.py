@@ -1,0 +1,79 @@
+"""Step models under a deadline, for searches with a time limit.
+
+A plan of millions of ops (a large batch over few replicas: m in the thousands) takes seconds to price by
+the closed form and tens of seconds to simulate, and both build the schedule's op order before any event
+loop can read the clock. ``Paced`` wraps either model, keeps the fastest pace (wall seconds per op) it has
+seen, and refuses at once a plan whose ops could not all be priced before the deadline at that pace; a
+simulation it starts stops at the deadline (``engine``'s event loops read the clock). Either way it
+raises ``SimulationDeadlineError``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import SimulationDeadlineError
+
+if TYPE_CHECKING:
+    from ..cost.report import StepReport
+    from ..spec.instance import Instance
+    from ..spec.plan import Plan
+
+TimedEvaluate = Callable[["Instance", "Plan", "float | None"], "StepReport"]  # (instance, plan, deadline)
+
+
+def op_count(instance: Instance, plan: Plan) -> int:
+    """Compute ops ``simulate`` times per op order: F, B (and W where the schedule splits the backward) of
+    every micro-batch and chunk on every stage of every pipeline group (its ``details["simulated_ops"]``)."""
+    from ..cost.step import build_workload
+    from ..plan_defaults import fill_defaults
+    from ..schedules import get_schedule
+
+    plan = fill_defaults(instance, plan)
+    workload = build_workload(instance, plan)
+    kinds = 3 if get_schedule(plan.schedule).splits_backward else 2
+    return kinds * workload.pp * workload.virtual_stages * workload.num_microbatches * len(workload.groups)
+
+
+def _simulate(instance: Instance, plan: Plan, deadline: float | None) -> StepReport:
+    from . import simulate
+
+    return simulate(instance, plan, deadline=deadline)
+
+
+def _estimate(instance: Instance, plan: Plan, deadline: float | None) -> StepReport:
+    from ..cost.step import estimate
+
+    return estimate(instance, plan)
+
+
+class Paced:
+    """``evaluate(instance, plan, deadline)`` that refuses a plan it cannot finish in time (module
+    docstring); one per search (it learns the machine's pace from the plans it prices)."""
+
+    def __init__(self, evaluate: TimedEvaluate):
+        self.evaluate = evaluate
+        self.seconds_per_op = math.inf  # fastest pace seen (inf: none yet, every plan is tried)
+
+    @classmethod
+    def simulator(cls) -> Paced:
+        """The discrete-event simulator, stopped at the deadline."""
+        return cls(_simulate)
+
+    @classmethod
+    def closed_form(cls) -> Paced:
+        """The closed-form estimate (which runs to its end once started)."""
+        return cls(_estimate)
+
+    def __call__(self, instance: Instance, plan: Plan, deadline: float | None = None) -> StepReport:
+        ops = op_count(instance, plan)
+        start = time.perf_counter()
+        if deadline is not None and math.isfinite(self.seconds_per_op) and start + self.seconds_per_op * ops > deadline:
+            raise SimulationDeadlineError(f"{ops:,} ops cannot be priced before the deadline at "
+                                          f"{1e6 * self.seconds_per_op:.2f} µs per op")
+        report = self.evaluate(instance, plan, deadline)
+        self.seconds_per_op = min(self.seconds_per_op, (time.perf_counter() - start) / ops)
+        return report
