@@ -54,18 +54,27 @@ def test_paced_simulator_refuses_a_plan_it_cannot_finish_in_time(small: Path, mo
         paced(instance, plans[1], time.perf_counter() + 0.5 * paced.seconds_per_op * op_count(instance, plans[1]))
 
 
-def test_search_ends_with_its_best_plan_when_a_simulation_meets_the_deadline(small: Path) -> None:
-    calls = []
+@pytest.mark.parametrize("late", [False, True])
+def test_search_passes_over_a_refused_plan_and_ends_at_a_stopped_one(small: Path, late: bool) -> None:
+    """After two plans every simulation fails: refused with time left (the search goes on, passing each
+    over), or stopped at the deadline (the search ends there); either way the best plan so far is kept."""
+    limit_s, calls = 3.0, []
 
     def deadline_after_two(instance, plan):
         calls.append(plan)
-        if len(calls) > 2:
-            raise SimulationDeadlineError("simulation still running at its deadline")
-        return simulate(instance, plan)
+        if len(calls) <= 2:
+            return simulate(instance, plan)
+        if late:
+            time.sleep(limit_s)
+        raise SimulationDeadlineError("simulation still running at its deadline")
 
-    result = solve(load_instance(small), time_limit_s=30, evaluate=deadline_after_two)
-    assert result.status == "time_limit" and len(calls) == 3
-    assert result.plan in calls[:2]
+    result = solve(load_instance(small), time_limit_s=limit_s, evaluate=deadline_after_two)
+    assert result.status == "time_limit" and result.plan in calls[:2]
+    assert result.stats.candidates_simulated == 2
+    if late:
+        assert len(calls) == 3 and result.stats.refused == 0
+    else:
+        assert result.stats.refused == len(calls) - 2 > 1
 
 
 def test_baseline_evaluator_counts_a_late_simulation_as_the_budget_spent(small: Path) -> None:

@@ -35,8 +35,9 @@ class Candidate:
         return self.report.step_time_s, self.plan.model_dump_json()
 
 
-# Evaluates a plan once (simulation, bookkeeping); later calls for the same plan return the stored result.
-Evaluate = Callable[[Plan], Candidate]
+# Evaluates a plan once (simulation, bookkeeping); later calls for the same plan return the stored result;
+# None: the plan could not be evaluated in time (it is passed over).
+Evaluate = Callable[[Plan], Candidate | None]
 
 
 def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Evaluate, deadline: float,
@@ -53,7 +54,7 @@ def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Ev
             if hopeless is not None and hopeless(plan, best.report.step_time_s):
                 continue
             candidate = evaluate(plan)
-            if candidate.key() < best.key():
+            if candidate is not None and candidate.key() < best.key():
                 best = candidate
         if best is current:
             break

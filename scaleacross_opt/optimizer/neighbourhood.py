@@ -5,7 +5,9 @@ A *move* changes one decision and repairs only what it must:
 - placement (``Move.PLACEMENT``): move a factor f > 1 of one of tp, cp, pp, dp to another of them
   (tp·cp·pp·dp kept); EP to the next smaller or larger allowed degree; the cross-building dimension
   (every other allowed one, at its default counts); the split — one replica unit between two groups
-  of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp);
+  of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp); the layer split
+  under pp — one layer of stage capacity from one building's stages (or the LM-head stage) to another's,
+  in the family the CP-SAT model expresses (``placement.materialize_layers`` with per-building ℓ_b);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
   mode, ZeRO stage, TP/GEMM overlap, the gradient bucket to the next size of ``DesignSpace.bucket_sizes``
   up or down (every neighbour's bucket is on that ladder, ``DesignSpace.on_bucket_ladder``: a move that
@@ -35,7 +37,7 @@ from itertools import permutations
 from ..schedules import get_schedule
 from ..spec import CrossBuilding, Instance, NetworkConfig, Placement, Plan
 from ..validation.plan_checks import validate_plan
-from .placement import build_placement
+from .placement import build_placement, materialize_layers
 from .space import DesignSpace, divisors
 
 RANDOM_PLAN_TRIES = 200  # draws before random_plan gives up (most draws fail a divisibility rule)
@@ -250,6 +252,7 @@ def _placement_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iter
         if other is not mode:
             yield place(instance, plan, other)
     yield from _split_moves(instance, plan)
+    yield from _layer_moves(instance, plan)
 
 
 def _split_moves(instance: Instance, plan: Plan) -> Iterator[Plan | None]:
@@ -282,6 +285,40 @@ def _split_moves(instance: Instance, plan: Plan) -> Iterator[Plan | None]:
             new[c] = max(replicas[b], replicas[c])
             new[b] = new[b] if new_stages[b] else 0
             yield place(instance, plan, mode, (tuple(new), tuple(new_stages), groups))
+
+
+def _layer_moves(instance: Instance, plan: Plan) -> Iterator[Plan]:
+    """PP across: ℓ_x − 1 and ℓ_y + 1 for two slots x ≠ y among the buildings' most layers per (non-head)
+    stage and the LM-head stage's layers, the split rebuilt by ``materialize_layers`` (the excess trimmed
+    from the first stages)."""
+    placement = plan.placement
+    assert placement is not None and placement.layers_per_stage is not None
+    if placement.cross_building is not CrossBuilding.PP:
+        return
+    layers, v = placement.layers_per_stage, plan.virtual_stages
+    head = get_schedule(plan.schedule).head_stage(plan.pp, v)
+    stages = [share.pp_stages for share in placement.buildings]
+    owner = [b for b, count in enumerate(stages) for _ in range(count)]
+    most = [max((layers[s] for s in range(plan.pp) if owner[s] == b and s != head), default=0)
+            for b in range(len(stages))]
+    slots = [b for b in range(len(stages)) if most[b]] + [None]  # None: the LM-head stage
+    for x, y in permutations(slots, 2):
+        capacity, head_layers = list(most), layers[head]
+        if x is None:
+            head_layers -= 1
+        else:
+            capacity[x] -= 1
+        if y is None:
+            head_layers += 1
+        else:
+            capacity[y] += 1
+        if min(head_layers, *(capacity[b] for b in slots if b is not None)) < v:
+            continue
+        try:
+            split = materialize_layers(stages, capacity, instance.job.model_spec.layers, v, head_layers, head)
+        except ValueError:
+            continue
+        yield plan.model_copy(update={"placement": placement.model_copy(update={"layers_per_stage": split})})
 
 
 def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iterator[Plan | None]:

@@ -179,15 +179,21 @@ class _Search:
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def evaluate(self, plan: Plan, assignment: dict[int, int] | None = None, bound_s: float = 0.0,
-                 event: str = "") -> Candidate:
+                 event: str = "") -> Candidate | None:
         """Simulate a valid plan once (later calls return the stored result), cut it off in the model and
-        keep the best; ``event`` names it in a progress line (local-search plans report improvements)."""
+        keep the best; ``event`` names it in a progress line (local-search plans report improvements).
+        None: the plan could not be simulated before the deadline, which has not passed (not cut off)."""
         key = plan.model_dump_json()
         if key in self.evaluated:
             return self.evaluated[key]
         t0 = time.perf_counter()
         try:  # the first plan is simulated to its end whatever it takes; the others only until the deadline
             report = self.simulate(self.pv.instance, plan, None if self.best is None else self.deadline)
+        except SimulationDeadlineError:
+            if time.perf_counter() >= self.deadline:
+                raise
+            self.stats.refused += 1
+            return None
         finally:
             self.stats.simulate_wall_s += time.perf_counter() - t0
         self.stats.candidates_simulated += 1
@@ -213,12 +219,18 @@ class _Search:
 
     def hopeless(self, plan: Plan, than_s: float) -> bool:
         """Whether ``plan`` cannot be faster than ``than_s`` (s) by its closed form, less the largest overshoot
-        (never for a plan already simulated, or without a screen)."""
+        (never for a plan already simulated, or without a screen), or cannot be screened before the deadline."""
         key = plan.model_dump_json()
         if self.screen is None or key in self.evaluated:
             return False
         if key not in self.estimates:
-            self.estimates[key] = self.screen(self.pv.instance, plan, self.deadline).step_time_s
+            try:
+                self.estimates[key] = self.screen(self.pv.instance, plan, self.deadline).step_time_s
+            except SimulationDeadlineError:
+                if time.perf_counter() >= self.deadline:
+                    raise
+                self.stats.refused += 1
+                return True
             self.stats.screened += 1
         return self.estimates[key] / (1 + self.overshoot) > than_s
 
@@ -251,8 +263,10 @@ class _Search:
             bound_us = plan_bound_us(self.pv, assignment, self.seed, self.deadline)
             if bound_us is None or validate_plan(plan, self.pv.instance):
                 continue
-            self.unpolished.append(self.evaluate(plan, assignment, bound_us * US,
-                                                 f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}"))
+            candidate = self.evaluate(plan, assignment, bound_us * US,
+                                      f"start plan {plan.schedule} tp={plan.tp} pp={plan.pp}")
+            if candidate is not None:
+                self.unpolished.append(candidate)
 
     def polish(self, until: float) -> None:
         """Local search until ``until``: climb from each unpolished candidate, best first, then iterated
@@ -274,7 +288,8 @@ class _Search:
                     return
                 before = self.best
                 origin = self.evaluate(kicked)
-                climb(instance, space, origin, self.evaluate, until, self.hopeless)
+                if origin is not None:
+                    climb(instance, space, origin, self.evaluate, until, self.hopeless)
                 fruitless = fruitless + 1 if self.best is before else 0
                 continue
             climb(instance, space, origin, self.evaluate, until, self.hopeless)
@@ -361,7 +376,8 @@ class _Search:
                 add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
                 continue
             candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
-            self.unpolished.append(candidate)
+            if candidate is not None:
+                self.unpolished.append(candidate)
 
 
 def refine(pv: PlanVars, simulate: TimedEvaluate, *, deadline: float, seed: int,
@@ -369,8 +385,9 @@ def refine(pv: PlanVars, simulate: TimedEvaluate, *, deadline: float, seed: int,
            progress: Callable[[str], None] | None = None,
            screen: TimedEvaluate | None = None) -> tuple[Candidate | None, SolveStats]:
     """Run the hybrid search until ``deadline`` (a ``time.perf_counter()`` value); returns the best simulated
-    candidate (None if no valid plan exists) and stats. ``simulate(instance, plan, deadline)`` may raise
-    ``SimulationDeadlineError`` past ``deadline`` (given once a plan is known): the search ends there.
+    candidate (None if no valid plan exists) and stats. ``simulate(instance, plan, deadline)`` (the deadline
+    given once a plan is known) may raise ``SimulationDeadlineError``: before the deadline the plan is passed
+    over (``SolveStats.refused``), past it the search ends.
     ``start_plans`` (heuristic plans) are simulated first, so the result is never worse than they are;
     each CP-SAT round runs ``threads`` workers. ``screen``: a faster model (called the same way) that
     overshoots ``simulate`` by at most ``ESTIMATE_OVERSHOOT`` (module docstring). Ctrl-C returns the best so

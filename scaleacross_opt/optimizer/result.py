@@ -20,6 +20,7 @@ class SolveStats:
     candidates_simulated: int = 0
     candidates_rejected: int = 0  # failed the independent validator (memory beyond the model's bound)
     screened: int = 0  # plans whose closed form was computed to decide whether to simulate them
+    refused: int = 0  # plans left unsimulated: they could not be priced before the deadline (``simulator.paced``)
     estimate_overshoot: float = 0.0  # the largest closed form ÷ simulated − 1 the screen allowed for
     lower_bound_s: float = 0.0  # no unexplored plan simulates faster than this (up to the bound error)
     gap: float = 0.0  # (best simulated − lower bound) / best simulated, ≥ 0
