@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..catalog import coefficients as co
-from ..cost.compute import LayerKind, OpTimes, Shard, layer_kinds, layer_times, lm_head_times
+from ..cost.compute import LayerKind, OpTimes, Shard, embedding_times, layer_kinds, layer_times, lm_head_times
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
@@ -81,6 +81,12 @@ class Coefficients:
     # slowest building's GPU, rounded up (what a stage may still run after its last B)
     layer_weight_us: dict[Shape, int]
     head_weight_us: dict[Shape, int]
+    embedding_weight_us: dict[Shape, int]  # the embedding's W (its gradient's scatter-add), the same way
+    # the forward (F) per micro-batch of one layer (its costliest kind, exposed comm included, over the
+    # transports and pairings) / of the LM head / of the embedding, the same way
+    layer_forward_us: dict[Shape, int]
+    head_forward_us: dict[Shape, int]
+    embedding_forward_us: dict[Shape, int]
     act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
     unsharded_bytes_per_param: dict[int, int]  # per ZeRO stage: bytes/param each GPU keeps whole
@@ -206,15 +212,15 @@ def pairings(space: DesignSpace) -> list[bool]:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares, float]:
+             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares, float, float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
     the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); the
     ranges of each op's share (``OpShares``) over kinds, transports and pairings; and the longest weight-
-    gradient op (W, seconds) of any kind."""
+    gradient op (W) and forward (exposed comm included) of any kind, transport and pairing (seconds)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
-    shares, weight_s = NO_SHARES, 0.0
+    shares, weight_s, forward_s = NO_SHARES, 0.0, 0.0
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
         weight_s = max(weight_s, compute.bwd_weight_s)
@@ -225,8 +231,9 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
                                   kind).values()
                 times = compute + OpTimes(sum(f for f, _ in comm), sum(b for _, b in comm), 0.0)
                 per_kind[kind] = min(per_kind.get(kind, math.inf), times.fwd_s + times.bwd_s)
+                forward_s = max(forward_s, times.fwd_s)
                 shares = shares.widen(OpShares.of(times))
-    return out, shares, weight_s
+    return out, shares, weight_s, forward_s
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -241,7 +248,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
-    layer_weight_us, head_weight_us = {}, {}
+    layer_weight_us, head_weight_us, embedding_weight_us = {}, {}, {}
+    layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     zero3_nic_pair, zero3_nic_step, synced_params = {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
@@ -260,8 +268,14 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
             head_weight_us[shape] = max(head_weight_us.get(shape, 0), math.ceil(head.bwd_weight_s * 1e6))
-            times, layer_shares, weight_s = _layer_s(instance, shape, b, intra_transports, space)
+            head_forward_us[shape] = max(head_forward_us.get(shape, 0), math.ceil(head.fwd_s * 1e6))
+            embedding = embedding_times(model, shard, b.gpu_spec)
+            embedding_weight_us[shape] = max(embedding_weight_us.get(shape, 0),
+                                             math.ceil(embedding.bwd_weight_s * 1e6))
+            embedding_forward_us[shape] = max(embedding_forward_us.get(shape, 0), math.ceil(embedding.fwd_s * 1e6))
+            times, layer_shares, weight_s, forward_s = _layer_s(instance, shape, b, intra_transports, space)
             layer_weight_us[shape] = max(layer_weight_us.get(shape, 0), math.ceil(weight_s * 1e6))
+            layer_forward_us[shape] = max(layer_forward_us.get(shape, 0), math.ceil(forward_s * 1e6))
             shares = shares.widen(layer_shares)
             least, most = layer_forward.get(shape.recompute, (1.0, 0.0))
             layer_forward[shape.recompute] = (min(least, layer_shares.forward_least),
@@ -345,7 +359,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
         layer_us=layer_us, heavy_layer_us=heavy_us, light_discount_us=discount_us, model_us=model_us,
-        head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us, act_kib_per_layer=act,
+        head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us,
+        embedding_weight_us=embedding_weight_us, layer_forward_us=layer_forward_us, head_forward_us=head_forward_us,
+        embedding_forward_us=embedding_forward_us, act_kib_per_layer=act,
         kiloparams_per_layer=kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,

@@ -256,6 +256,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"])
              if pp_mode is not None and v_shaped else [])
     split_chain = None
+    layer_weight = _choice_var(pv, pv.shape, "layer_weight_us",
+                               [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
     v_head = _v_head_stage_wait(pv, coeffs, head_stages, fastest, before_head, hops) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
@@ -284,7 +286,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             # after it, and the stages before it add their F on the first micro-batch's chain and their B on
             # the last one's: T ≥ m·t_k + Σ_{s<k} (t_s − W_s) − trailing W·W_k + hops
             if split_chain is None:
-                split_chain = _split_backward_chain(pv, coeffs, layers_before_head, fastest)
+                split_chain = _split_backward_chain(pv, coeffs, layers_before_head, fastest, layer_weight)
             before_less_w, head_w = split_chain
             for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
                 counts = [schedule.trailing_weight_ops(pp, v, m) for m in pv.microbatch_values
@@ -327,6 +329,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
             model.Add(SCALE * v * dp_exposed >= SCALE * (dp_total + v * extra) - last_op * t_max
                       ).OnlyEnforceIf([v_on, split_lit])
+    # where the backward is split, that last op is a W: at most the chunk's layers' and embedding's W (the LM
+    # head's too with one stage)
+    first_layers = _first_chunk_layers_at_most(pv, v_chunks, products["v_shape"][0])
+    first_weight = _first_chunk_op_us(pv, "weight", first_layers, layer_weight, coeffs.embedding_weight_us,
+                                      coeffs.head_weight_us)
+    for v, v_on in v_chunks.items():
+        model.Add(v * dp_exposed >= dp_total + v * extra - v * first_weight).OnlyEnforceIf([v_on, unsplit.Not()])
     # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
     # last bucket as it ends: that bucket is exposed whole.
     for bucket in last_bucket:
@@ -345,9 +354,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         forward = math.ceil(SCALE * coeffs.forward_share)
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
+        # … and at most its first forward: the chunk's layers' and embedding's F (the LM head's with one stage)
+        longest_forward = _choice_var(pv, pv.shape, "layer_forward_us",
+                                      [coeffs.layer_forward_us[shape] for shape in pv.shape.values])
+        first_forward = _first_chunk_op_us(pv, "forward", first_layers, longest_forward,
+                                           coeffs.embedding_forward_us, coeffs.head_forward_us)
         for v, v_on in v_chunks.items():
             model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total + SCALE * v * extra - forward * t_max
                       ).OnlyEnforceIf([zero12, v_on])
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total
+                      + SCALE * v * (extra - first_forward)).OnlyEnforceIf([zero12, v_on])
         for bucket in last_bucket:
             model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * bucket).OnlyEnforceIf(zero12)
 
@@ -397,13 +413,13 @@ def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
 
 
 def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head: cp_model.IntVar,
-                          fastest: cp_model.IntVar) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+                          fastest: cp_model.IntVar, weight: cp_model.IntVar
+                          ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
     """Schedules that split the backward: (the layers before the LM-head stage × max(0, c_min − W), a lower
     bound of their F + B on one micro-batch's chain; the LM-head stage's W per micro-batch, an upper bound:
-    head_layers·W_layer + W_head, each at its largest)."""
+    head_layers·W_layer + W_head, each at its largest; ``weight``: W_layer)."""
     model = pv.model
     shapes = pv.shape.values
-    weight = _choice_var(pv, pv.shape, "layer_weight_us", [coeffs.layer_weight_us[shape] for shape in shapes])
     less_weight = _new(model, "fastest_layer_less_weight_us")
     model.AddMaxEquality(less_weight, [0, fastest - weight])
     before = _product(model, "layers_before_head*(c-w)", layers_before_head, less_weight)
@@ -713,6 +729,44 @@ def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
     model.Add(sync_layers >= pv.head_layers).OnlyEnforceIf(v_shape)
     model.Add(sync_layers >= fewest - 1).OnlyEnforceIf(v_shape.Not())
     return sync_layers
+
+
+def _first_chunk_layers_at_most(pv: PlanVars, v_chunks: dict[int, cp_model.IntVar], v_shape: cp_model.IntVar
+                                ) -> cp_model.IntVar:
+    """⌈ℓ/v⌉ (pinned), ℓ the first stage's layers at most: ``head_layers`` where V-shaped (stage 0 is the LM-head
+    stage), else the most any used building's stages hold (the layer split only trims); its first chunk,
+    which holds the embedding, has no more layers than that."""
+    model = pv.model
+    total = pv.instance.job.model_spec.layers
+    held = [model.NewIntVar(0, total, f"layers_if_used[{name}]") for name in pv.buildings]
+    for b, var in enumerate(held):
+        model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
+        model.Add(var == 0).OnlyEnforceIf(pv.used[b].Not())
+    most = _new(model, "most_layers_per_stage", total)
+    model.AddMaxEquality(most, held)
+    first = _new(model, "first_stage_layers_at_most", total)
+    model.Add(first == pv.head_layers).OnlyEnforceIf(v_shape)
+    model.Add(first == most).OnlyEnforceIf(v_shape.Not())
+    chunk = _new(model, "first_chunk_layers_at_most", total)
+    for v, v_on in v_chunks.items():
+        model.Add(v * chunk >= first).OnlyEnforceIf(v_on)
+        model.Add(v * chunk <= first + v - 1).OnlyEnforceIf(v_on)
+    return chunk
+
+
+def _first_chunk_op_us(pv: PlanVars, name: str, chunk_layers: cp_model.IntVar, per_layer: cp_model.IntVar,
+                       embedding: dict, head: dict) -> cp_model.IntVar:
+    """An upper bound (µs, pinned: the objective falls as it grows) of one op of the first stage's first
+    chunk: ``chunk_layers``·``per_layer`` + the embedding's (+ the LM head's when pp = 1), per shape."""
+    model, shapes = pv.model, pv.shape.values
+    out = _new(model, f"first_chunk_{name}_us")
+    layers_part = _product(model, f"first_chunk_layers*{name}", chunk_layers, per_layer)
+    one_stage = [pv.pp.lit(1)] if 1 in pv.pp.values else []
+    for lit in one_stage:
+        model.Add(out == layers_part + pv.shape.linear([embedding[s] + head[s] for s in shapes])).OnlyEnforceIf(lit)
+    model.Add(out == layers_part + pv.shape.linear([embedding[s] for s in shapes])
+              ).OnlyEnforceIf([lit.Not() for lit in one_stage])
+    return out
 
 
 def _first_chunk_steps(pv: PlanVars, sync_layers: cp_model.IntVar, v_chunks: dict[int, cp_model.IntVar]
