@@ -161,7 +161,8 @@ def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(load_ship
     space = prune_space(instance, planner_space(instance))
     network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
     plan = place(instance, fill_defaults(instance, Plan(tp=2, cp=4, pp=3, dp=512, virtual_stages=2, micro_batch_size=1,
-                                                        schedule="zb-v", zero_stage=1, network=network)),
+                                                        schedule="zb-v", zero_stage=1, network=network,
+                                                        tp_comm_overlap=space.tp_comm_overlap)),
                  CrossBuilding.PP)
     assert plan.placement.layers_per_stage == [27, 26, 27]  # the even split, its excess trimmed from stage 1
     moved = [p for p in neighbours(instance, space, plan, (Move.PLACEMENT,))
@@ -173,6 +174,8 @@ def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(load_ship
         assignment = plan_assignment(pv, p)
         assert assignment is not None
         assert plan_of(pv, assignment).placement == p.placement
+    flipped = plan.model_copy(update={"tp_comm_overlap": not plan.tp_comm_overlap})
+    assert plan_assignment(pv, flipped) is None  # the model prices TP/GEMM overlap only as the space sets it
 
 
 def test_random_plan_is_valid_and_seeded(load_shipped_instance) -> None:

@@ -254,9 +254,11 @@ class _Search:
 
     # --- the phases -------------------------------------------------------------------------------
     def start_plans(self, plans: list[Plan]) -> None:
-        """Simulate the heuristic start plans, in the model's own form (its layer-split family) when it has one."""
+        """Simulate the heuristic start plans, in the model's own form (its layer-split family and TP/GEMM
+        overlap setting) when it has one."""
         for start_plan in plans:
-            assignment = plan_assignment(self.pv, start_plan)
+            own_overlap = start_plan.model_copy(update={"tp_comm_overlap": self.pv.space.tp_comm_overlap})
+            assignment = plan_assignment(self.pv, own_overlap)
             if assignment is None:
                 continue
             plan = plan_of(self.pv, assignment)

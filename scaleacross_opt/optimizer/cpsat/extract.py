@@ -169,6 +169,8 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         return next((t for t in choice.values
                      if t.with_algorithm(config.collective_algorithm) == config), None)
 
+    if plan.tp_comm_overlap != pv.space.tp_comm_overlap and plan.tp > 1:
+        return None  # the model prices TP/GEMM overlap as the space sets it (on wherever allowed; moot at tp 1)
     net = plan.network
     mode = plan.placement.cross_building
     chunks = (plan.schedule, plan.virtual_stages)
