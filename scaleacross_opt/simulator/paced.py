@@ -27,15 +27,16 @@ TimedEvaluate = Callable[["Instance", "Plan", "float | None"], "StepReport"]  # 
 
 def op_count(instance: Instance, plan: Plan) -> int:
     """Compute ops ``simulate`` times per op order: F, B (and W where the schedule splits the backward) of
-    every micro-batch and chunk on every stage of every pipeline group (its ``details["simulated_ops"]``)."""
-    from ..cost.step import build_workload
+    every micro-batch and chunk on every stage of every pipeline group (its ``details["simulated_ops"]``),
+    from the resolved plan alone (a small share of the cost of pricing the plan)."""
+    from ..cost.layout import resolve
     from ..plan_defaults import fill_defaults
     from ..schedules import get_schedule
 
     plan = fill_defaults(instance, plan)
-    workload = build_workload(instance, plan)
+    layout = resolve(instance, plan)
     kinds = 3 if get_schedule(plan.schedule).splits_backward else 2
-    return kinds * workload.pp * workload.virtual_stages * workload.num_microbatches * len(workload.groups)
+    return kinds * plan.pp * plan.virtual_stages * layout.num_microbatches * len(layout.pipelines)
 
 
 def _simulate(instance: Instance, plan: Plan, deadline: float | None) -> StepReport:
