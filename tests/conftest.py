@@ -104,6 +104,24 @@ def small(instances_dir: Path) -> Path:
     return instances_dir / SMALL
 
 
+@pytest.fixture(scope="session")
+def three_building_zb_v(load_shipped_instance: Callable[[str], Instance]) -> tuple:
+    """(instance, pruned design space, plan): the three-building campus's ZB-V pp3 plan with PP across, in
+    the CP-SAT model's own settings (first network options, TP overlap as the space sets it)."""
+    from scaleacross_opt.optimizer.coefficients import prune_space
+    from scaleacross_opt.optimizer.neighbourhood import place
+    from scaleacross_opt.optimizer.space import design_space
+    from scaleacross_opt.plan_defaults import fill_defaults
+    from scaleacross_opt.spec import CrossBuilding, NetworkConfig, Plan
+
+    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
+    space = prune_space(instance, design_space(instance))
+    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
+    plan = Plan(tp=2, cp=4, pp=3, dp=512, virtual_stages=2, micro_batch_size=1, schedule="zb-v", zero_stage=1,
+                network=network, tp_comm_overlap=space.tp_comm_overlap)
+    return instance, space, place(instance, fill_defaults(instance, plan), CrossBuilding.PP)
+
+
 @pytest.fixture
 def bare_plan_fields() -> dict[str, object]:
     """A copy of ``BARE_PLAN``."""

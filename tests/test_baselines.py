@@ -147,23 +147,14 @@ def test_neighbours_move_the_cross_building_dimension_and_split(load_shipped_ins
     assert (1, 1) in stages  # pp = 2: one stage in each building
 
 
-def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(load_shipped_instance) -> None:
+def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(three_building_zb_v) -> None:
     """PP across: the layer split moves inside the CP-SAT model's family (per-building most layers per
     stage, the LM-head stage's own), so local search reaches the splits a CP-SAT round could propose."""
-    from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
+    from scaleacross_opt.optimizer.coefficients import build_coefficients
     from scaleacross_opt.optimizer.cpsat.build import build_model
     from scaleacross_opt.optimizer.cpsat.extract import plan_assignment, plan_of
-    from scaleacross_opt.optimizer.neighbourhood import place
-    from scaleacross_opt.plan_defaults import fill_defaults
-    from scaleacross_opt.spec import NetworkConfig, Plan
 
-    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
-    space = prune_space(instance, planner_space(instance))
-    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
-    plan = place(instance, fill_defaults(instance, Plan(tp=2, cp=4, pp=3, dp=512, virtual_stages=2, micro_batch_size=1,
-                                                        schedule="zb-v", zero_stage=1, network=network,
-                                                        tp_comm_overlap=space.tp_comm_overlap)),
-                 CrossBuilding.PP)
+    instance, space, plan = three_building_zb_v
     assert plan.placement.layers_per_stage == [27, 26, 27]  # the even split, its excess trimmed from stage 1
     moved = [p for p in neighbours(instance, space, plan, (Move.PLACEMENT,))
              if p.model_copy(update={"placement": plan.placement}) == plan]

@@ -106,7 +106,7 @@ def test_split_backward_bounds_see_the_weight_gradients_left_for_the_end(load_sh
     assert min(ratios) >= 0.75
 
 
-def test_sync_and_gather_windows_are_the_first_chunks_own_ops(load_shipped_instance) -> None:
+def test_sync_and_gather_windows_are_the_first_chunks_own_ops(three_building_zb_v) -> None:
     """The first stage's first chunk hides its gradient sync behind its last W and its ZeRO-1 gathers behind
     the next step's first forward: the bound takes both ops at most its layers × the longest per-layer op
     (+ the embedding's), which must cover the simulator's op and be close to it (a share of t_max/v was
@@ -114,17 +114,8 @@ def test_sync_and_gather_windows_are_the_first_chunks_own_ops(load_shipped_insta
     from ortools.sat.python import cp_model
 
     from scaleacross_opt.cost.step import build_workload
-    from scaleacross_opt.optimizer.neighbourhood import place
-    from scaleacross_opt.plan_defaults import fill_defaults
-    from scaleacross_opt.spec import CrossBuilding, NetworkConfig, Plan
 
-    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
-    space = prune_space(instance, design_space(instance))
-    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
-    plan = place(instance, fill_defaults(instance, Plan(tp=2, cp=4, pp=3, dp=512, virtual_stages=2, micro_batch_size=1,
-                                                        schedule="zb-v", zero_stage=1, network=network,
-                                                        tp_comm_overlap=space.tp_comm_overlap)),
-                 CrossBuilding.PP)
+    instance, space, plan = three_building_zb_v
     pv = build_model(instance, space, build_coefficients(instance, space))
     for index, value in plan_assignment(pv, plan).items():
         pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
