@@ -713,16 +713,23 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
+def _layers_if_used(pv: PlanVars, name: str, unused: int) -> list[cp_model.IntVar]:
+    """Per building: ``layers[b]`` where it is used, else ``unused`` (for a min or max over the used ones)."""
+    total = pv.instance.job.model_spec.layers
+    held = [pv.model.NewIntVar(0, total, f"{name}[{building}]") for building in pv.buildings]
+    for b, var in enumerate(held):
+        pv.model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
+        pv.model.Add(var == unused).OnlyEnforceIf(pv.used[b].Not())
+    return held
+
+
 def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
     """Layers of the first stage whose gradients sync after the pipeline ends: ``head_layers`` where the
     schedule is V-shaped (its first stage is the LM-head stage), else at least min_b layers[b] − 1 (the
     first stage finishes its backward last; the layer split may trim it by one)."""
     model = pv.model
     layers_total = pv.instance.job.model_spec.layers
-    held = [model.NewIntVar(0, layers_total, f"sync_layers[{b.name}]") for b in pv.instance.cluster.buildings]
-    for b, var in enumerate(held):
-        model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
-        model.Add(var == layers_total).OnlyEnforceIf(pv.used[b].Not())
+    held = _layers_if_used(pv, "sync_layers", layers_total)
     fewest = _new(model, "fewest_layers", layers_total)
     model.AddMinEquality(fewest, held)
     sync_layers = _new(model, "sync_layers", layers_total)  # only lower bounds: the objective grows with it
@@ -738,10 +745,7 @@ def _first_chunk_layers_at_most(pv: PlanVars, v_chunks: dict[int, cp_model.IntVa
     which holds the embedding, has no more layers than that."""
     model = pv.model
     total = pv.instance.job.model_spec.layers
-    held = [model.NewIntVar(0, total, f"layers_if_used[{name}]") for name in pv.buildings]
-    for b, var in enumerate(held):
-        model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
-        model.Add(var == 0).OnlyEnforceIf(pv.used[b].Not())
+    held = _layers_if_used(pv, "layers_if_used", 0)
     most = _new(model, "most_layers_per_stage", total)
     model.AddMaxEquality(most, held)
     first = _new(model, "first_stage_layers_at_most", total)
