@@ -130,3 +130,63 @@ def test_sync_and_gather_windows_are_the_first_chunks_own_ops(three_building_zb_
         assert simulated_s <= bound_s <= 1.01 * simulated_s, name
     step_s = simulate(instance, plan).step_time_s
     assert 0.86 * step_s <= solver.ObjectiveValue() * 1e-6 <= step_s  # 0.873
+
+
+def test_dp_across_counts_the_experts_crossing_with_their_own_group(load_shipped_instance) -> None:
+    """DP across a 32 Gb/s link: the experts' gradients sync over their own group of dp·cp/ep ranks, which
+    spans the buildings too, so every route carries them; the bound counted them only when ep = 1 (0.065–0.20
+    of the simulated step on these plans)."""
+    from test_physical_floor import with_links
+
+    instance = with_links(load_shipped_instance("moe-deepseek-v3-h800.yaml"), 32.0)
+    ratios = bound_ratios(instance, 3, lambda plan: plan.placement.cross_building == "dp" and plan.ep > 1
+                          and plan.zero_stage < 3)
+    assert max(ratios) <= 1.01
+    assert min(ratios) >= 0.7  # 0.75–0.93
+
+
+# Plans the model admitted while they do not fit 80 GiB: its memory bound counted every layer at the dense
+# layer's weights and activations, and ZeRO-3 gathers of experts at the NICs of eight DP members per node
+# (their group is at stride tp·ep, one member per node here).
+MOE_OVER_CAPACITY = (
+    {"tp": 1, "pp": 2, "dp": 1024, "ep": 8, "virtual_stages": 2, "zero_stage": 3,
+     "placement": {"cross_building": "dp", "layers_per_stage": [30, 31], "buildings": [
+         {"building": "bldg-a", "dp_replicas": 512, "pp_stages": 2},
+         {"building": "bldg-b", "dp_replicas": 512, "pp_stages": 2}]}},  # 81.7 GiB
+    {"tp": 1, "pp": 16, "dp": 128, "ep": 8, "virtual_stages": 2, "zero_stage": 1,
+     "placement": {"cross_building": "dp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
+         {"building": "bldg-a", "dp_replicas": 64, "pp_stages": 16},
+         {"building": "bldg-b", "dp_replicas": 64, "pp_stages": 16}]}},  # 88.7 GiB: 55 GiB of MoE activations
+)
+
+
+def test_moe_memory_bound_counts_moe_layers_and_admits_what_fits(load_shipped_instance) -> None:
+    """The MoE model's optimum used to be a plan that does not fit memory (10.83 s bound, 64 s simulated):
+    the bound now charges the MoE layers a stage must hold, and still admits every plan near capacity that
+    fits."""
+    from scaleacross_opt.cost.memory import memory_per_gpu
+    from scaleacross_opt.plan_defaults import fill_defaults
+    from scaleacross_opt.spec import Plan
+    from scaleacross_opt.spec.network import NetworkConfig
+    from scaleacross_opt.validation.plan_checks import validate_plan
+
+    instance = load_shipped_instance("moe-deepseek-v3-h800.yaml")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
+    for fields in MOE_OVER_CAPACITY:
+        plan = fill_defaults(instance, Plan.model_validate({
+            "cp": 1, "micro_batch_size": 1, "schedule": "dualpipe", "recompute": "selective",
+            "tp_comm_overlap": space.tp_comm_overlap, "network": network, **fields}))
+        assert validate_plan(plan, instance), "the plan fits: pick one over capacity"
+        assignment = plan_assignment(pv, plan)
+        assert assignment is not None
+        assert plan_bound_us(pv, assignment, seed=0) is None, plan.model_dump_json()
+
+    def near_capacity(plan) -> bool:
+        memory = memory_per_gpu(instance, plan)
+        return memory.total_gib >= 0.85 * memory.capacity_gib
+
+    ratios = bound_ratios(instance, 5, near_capacity)  # asserts each is admitted
+    assert max(ratios) <= 1.01
+    assert min(ratios) >= 0.4  # 0.10 for ZeRO-3 with ep = 1: the MoE stage was priced at a dense stage

@@ -74,7 +74,8 @@ def test_search_passes_over_a_refused_plan_and_ends_at_a_stopped_one(small: Path
     if late:
         assert len(calls) == 3 and result.stats.refused == 0
     else:
-        assert result.stats.refused == len(calls) - 2 > 1
+        # every later call was refused with time left, but the last may have come past the deadline (stopped)
+        assert len(calls) - 3 <= result.stats.refused <= len(calls) - 2 and result.stats.refused > 1
 
 
 def test_baseline_evaluator_counts_a_late_simulation_as_the_budget_spent(small: Path) -> None:

@@ -17,7 +17,7 @@ from ..cost.compute import LayerKind, OpTimes, Shard, embedding_times, layer_kin
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import cross_aggregate, fabric_path, layer_comm
+from ..cost.step import cross_aggregate, fabric_path, layer_comm, nvlink_path
 from ..schedules import get_schedule
 from ..spec import (
     Building,
@@ -87,8 +87,12 @@ class Coefficients:
     layer_forward_us: dict[Shape, int]
     head_forward_us: dict[Shape, int]
     embedding_forward_us: dict[Shape, int]
-    act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch
+    act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch (cheapest layer kind)
+    moe_extra_act_kib_per_layer: dict[Shape, float]  # … what an MoE layer keeps beyond that (0: one kind)
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
+    # … what an MoE layer holds beyond that (0 for a model of one kind); ≥ layers − dense_layers of a stage's
+    # layers are MoE layers
+    moe_extra_kiloparams_per_layer: dict[Shape, int]
     unsharded_bytes_per_param: dict[int, int]  # per ZeRO stage: bytes/param each GPU keeps whole
     sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
     capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
@@ -254,6 +258,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic: dict[tuple[int, int], bool] = {}
+    moe_extra_kiloparams: dict[Shape, int] = {}
+    moe_extra_act: dict[Shape, float] = {}
     counts = Counter(layer_kinds(model))
 
     def us_per_byte(bandwidth_bytes_per_s: float) -> float:  # µs of the pair of gathers at n = 2, per weight
@@ -293,10 +299,14 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                    + head.fwd_s + head.bwd_s)
         for pairs, seconds in whole.items():
             model_us[(shape, pairs)] = int(seconds * 1e6)
-        act[shape] = min(activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
-                                                    shape.cp, shape.recompute) for k in kinds) / KIB
-        per_gpu = min(sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds)
-        kiloparams[shape] = int(per_gpu / 1000)
+        act_per_kind = [activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
+                                                   shape.cp, shape.recompute) / KIB for k in kinds]
+        act[shape] = min(act_per_kind)
+        moe_extra_act[shape] = act_per_kind[0] - min(act_per_kind)  # an MoE layer's beyond the cheapest kind's
+        held_per_kind = [sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds]
+        kiloparams[shape] = int(min(held_per_kind) / 1000)
+        # an MoE layer's weights beyond the cheapest kind's (kinds: MoE first), on the GPU
+        moe_extra_kiloparams[shape] = int((held_per_kind[0] - min(held_per_kind)) / 1000)
         # RS of fp32 grads is the smallest sync any ZeRO stage does; at n = 2 a ring moves half of it, and
         # the members of one DP group in an NVLink domain (at most domain ÷ tp) share their NICs. The objective
         # scales it by the dp·cp ranks' ring; experts sync over dp·cp/ep, so they count only when ep = 1.
@@ -310,12 +320,17 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         sharding = (shape.tp, shape.ep)
         if sharding in zero3:
             continue
-        (nic_bw, nic_latency), (gather_bw, gather_latency), on_nic = _dp_path_best(instance, space, shape,
+        # the non-expert weights' DP group is at GPU stride tp, the experts' at tp·ep (``cost.layout``)
+        (nic_bw, nic_latency), (gather_bw, gather_latency), on_nic = _dp_path_best(instance, space, shape.tp,
                                                                                    intra_transports)
+        (expert_nic_bw, _), (expert_gather_bw, _), _ = _dp_path_best(instance, space, shape.tp * shape.ep,
+                                                                     intra_transports)
         zero3_nic[sharding] = on_nic
         held = [layer_params(model, kind, shape.tp, shape.ep) for kind in kinds]
-        zero3[sharding] = tuple((p.dense * us_per_byte(gather_bw), p.expert * us_per_byte(gather_bw)) for p in held)
-        zero3_nic_pair[sharding] = tuple((p.dense * us_per_byte(nic_bw), p.expert * us_per_byte(nic_bw)) for p in held)
+        zero3[sharding] = tuple((p.dense * us_per_byte(gather_bw), p.expert * us_per_byte(expert_gather_bw))
+                                for p in held)
+        zero3_nic_pair[sharding] = tuple((p.dense * us_per_byte(nic_bw), p.expert * us_per_byte(expert_nic_bw))
+                                         for p in held)
         zero3_step[sharding] = int(gather_latency * 1e6)
         zero3_nic_step[sharding] = int(nic_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
@@ -361,8 +376,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         layer_us=layer_us, heavy_layer_us=heavy_us, light_discount_us=discount_us, model_us=model_us,
         head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us,
         embedding_weight_us=embedding_weight_us, layer_forward_us=layer_forward_us, head_forward_us=head_forward_us,
-        embedding_forward_us=embedding_forward_us, act_kib_per_layer=act,
-        kiloparams_per_layer=kiloparams,
+        embedding_forward_us=embedding_forward_us, act_kib_per_layer=act, moe_extra_act_kib_per_layer=moe_extra_act,
+        kiloparams_per_layer=kiloparams, moe_extra_kiloparams_per_layer=moe_extra_kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
         synced_params_per_layer=synced_params,
@@ -384,15 +399,19 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     )
 
 
-def _dp_path_best(instance: Instance, space: DesignSpace, shape: Shape, transports: list[Transport]
+def _dp_path_best(instance: Instance, space: DesignSpace, stride: int, transports: list[Transport]
                   ) -> tuple[tuple[float, float], tuple[float, float], bool]:
-    """Best-case (bandwidth bytes/s, latency s) of a DP collective's path for ``shape`` on the NICs — the
-    NICs of the group's members in one NVLink domain (at most domain ÷ tp) — and over any path (NVLink
-    if some pipeline depth leaves a whole DP group, tp·cp·dp = N/pp GPUs, inside one node), and whether
-    the path is always the NICs."""
+    """Best-case (bandwidth bytes/s, latency s) of a DP collective's path for a group at GPU ``stride`` (tp
+    for the non-expert weights, tp·ep for the experts) on the NICs — the NICs of the group's members in one
+    NVLink domain (at most domain ÷ stride) — and over any path (NVLink if some pipeline depth leaves a
+    whole DP group, tp·cp·dp = N/pp GPUs, inside one node), and whether the path is always the NICs."""
     paths = [fabric_path(b, t.config) for b in instance.cluster.buildings for t in transports]
-    sharing = max(max(1, nvlink_domain(b) // shape.tp) for b in instance.cluster.buildings)
-    nic = (max(p.bandwidth_bytes_per_s for p in paths) * sharing, min(p.latency_s for p in paths))
+    sharing = max(max(1, nvlink_domain(b) // stride) for b in instance.cluster.buildings)
+    fabric = max(p.bandwidth_bytes_per_s for p in paths)
+    # a flat ring runs at its slowest crossed level: the members' NICs, and NVLink where several share a
+    # domain (``cost.collectives.span_collective_s``)
+    nvlink = max(nvlink_path(b).bandwidth_bytes_per_s for b in instance.cluster.buildings)
+    nic = (max(fabric, min(fabric * sharing, nvlink)), min(p.latency_s for p in paths))
     if instance.num_gpus // max(space.pp) <= node_gpus(instance):
         nvlink = max(b.gpu_spec.nvlink_bandwidth_gb_per_s * 1e9 for b in instance.cluster.buildings)
         return nic, (max(nic[0], nvlink), min(nic[1], co.NVLINK_LATENCY_US * 1e-6)), False

@@ -78,6 +78,11 @@ class PipelineSchedule(ABC):
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""
 
+    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """A lower bound of the activations the least-loaded stage holds at its peak (units as
+        ``in_flight_microbatches``); 0 unless a schedule knows better."""
+        return 0.0
+
     @abstractmethod
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""

@@ -106,6 +106,10 @@ class DualPipe(PipelineSchedule):
         """p + 1/2 (2p+1 half-stage chunks)."""
         return pp + 0.5
 
+    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """Every stage holds as much (the two directions mirror each other)."""
+        return self.in_flight_microbatches(pp, virtual_stages, num_microbatches)
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/(6m) with T_F = T_B = T_W."""
         return (pp - 1) / (6 * num_microbatches)

@@ -29,6 +29,10 @@ class GPipe(PipelineSchedule):
         """m."""
         return float(num_microbatches)
 
+    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """Every stage holds all m micro-batches before its first backward."""
+        return self.in_flight_microbatches(pp, virtual_stages, num_microbatches)
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/m."""
         return (pp - 1) / num_microbatches

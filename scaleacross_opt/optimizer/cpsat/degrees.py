@@ -3,6 +3,8 @@ and the schedule table (which (schedule, v, pp, m) run, and their activations in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ortools.sat.python import cp_model
 
 from ...schedules import get_schedule
@@ -11,15 +13,26 @@ from .variables import PlanVars
 IN_FLIGHT_SCALE = 100  # in-flight micro-batches are tabulated ×100 to stay integral
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """Activations in flight (micro-batches × IN_FLIGHT_SCALE, through all of a stage's layers) of the chosen
+    (schedule, v, pp, m): on the worst stage, and a lower bound of the least-loaded stage's; with their
+    largest values."""
+
+    worst: cp_model.IntVar
+    worst_max: int
+    least: cp_model.IntVar
+    least_max: int
+
+
 def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int) -> cp_model.IntVar:
     out = model.NewIntVar(0, upper, name)
     model.AddMultiplicationEquality(out, [a, b])
     return out
 
 
-def add_degree_constraints(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
-    """Post the degree constraints; returns the in-flight micro-batches variable (×IN_FLIGHT_SCALE) and its
-    upper bound."""
+def add_degree_constraints(pv: PlanVars) -> InFlight:
+    """Post the degree constraints; returns the activations in flight of the chosen schedule."""
     model, instance = pv.model, pv.instance
     n = instance.num_gpus
     gbs = instance.job.global_batch_size
@@ -41,7 +54,7 @@ def add_degree_constraints(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
     return _add_schedule_table(pv)
 
 
-def _add_schedule_table(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
+def _add_schedule_table(pv: PlanVars) -> InFlight:
     """Allowed (schedule-chunk index, pp, m) triples with the schedule's in-flight micro-batches."""
     model = pv.model
     m_values = pv.microbatch_values
@@ -51,13 +64,17 @@ def _add_schedule_table(pv: PlanVars) -> tuple[cp_model.IntVar, int]:
         for pp in pv.pp.values:
             for m in m_values:
                 if pp * v <= pv.instance.job.model_spec.layers and schedule.check(pp, v, m) is None:
-                    in_flight = schedule.in_flight_microbatches(pp, v, m)
-                    rows.append((index, pp, m, int(in_flight * IN_FLIGHT_SCALE + 0.999)))
+                    worst = schedule.in_flight_microbatches(pp, v, m)
+                    least = schedule.least_in_flight_microbatches(pp, v, m)
+                    rows.append((index, pp, m, int(worst * IN_FLIGHT_SCALE + 0.999), int(least * IN_FLIGHT_SCALE)))
     if not rows:
         model.AddBoolOr([])  # nothing can run: infeasible
-        return model.NewConstant(0), 0
+        zero = model.NewConstant(0)
+        return InFlight(zero, 0, zero, 0)
     index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
     model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
-    in_flight = model.NewIntVar(0, max(r[3] for r in rows), "in_flight_x100")
-    model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, in_flight], rows)
-    return in_flight, max(r[3] for r in rows)
+    worst_max, least_max = max(r[3] for r in rows), max(r[4] for r in rows)
+    worst = model.NewIntVar(0, worst_max, "in_flight_x100")
+    least = model.NewIntVar(0, least_max, "least_in_flight_x100")
+    model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, worst, least], rows)
+    return InFlight(worst, worst_max, least, least_max)

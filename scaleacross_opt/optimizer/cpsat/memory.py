@@ -1,8 +1,15 @@
 """Memory capacity per building: static state + activations in flight ≤ usable HBM.
 
-static = layers·params(shape)·bytes(zero)  (weights/grads/optimizer not sharded over DP)
-       + layers·pp·S[zero]                  (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
-activations = in_flight(schedule, pp, m) · layers · A[shape].
+A stage of ℓ layers, μ of them MoE layers, holds
+static = ℓ·params(shape)·bytes(zero)      (weights/grads/optimizer not sharded over DP; the cheapest kind's
+                                           params per layer)
+       + μ·extra(shape)·bytes(zero)       (MoE: what an MoE layer holds beyond that)
+       + ℓ·pp·S[zero]                     (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
+activations = in_flight · (ℓ·A[shape] + μ·A_extra[shape]).
+Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). Two such stages are bounded:
+- one of ℓ_b layers at the worst stage's in-flight, with μ ≥ ℓ_b − D (D: the model's dense layers);
+- where b holds ≥ D + 2 stages, one of no dense layer (``cpsat.placement._moe_only_stages``):
+  ℓ = μ ≥ ℓ_b − 1 at the least-loaded stage's in-flight, without the sharded part.
 Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
 independent validator checks every returned plan with the exact memory model and the refinement
 loop cuts off plans that do not fit.
@@ -13,47 +20,8 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from ..coefficients import Coefficients
-from .degrees import IN_FLIGHT_SCALE
+from .degrees import IN_FLIGHT_SCALE, InFlight
 from .variables import PlanVars
-
-
-def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: tuple[cp_model.IntVar, int],
-                           layers_pp: list[cp_model.IntVar]) -> None:
-    """Post per-building memory constraints (KiB): one product per factor, not one constraint per
-    (shape, ZeRO stage) pair."""
-    model = pv.model
-    in_flight, in_flight_max = in_flight
-    layers = pv.instance.job.model_spec.layers
-    max_pp = max(pv.space.pp)
-    act_weights = [int(coeffs.act_kib_per_layer[shape]) for shape in pv.shape.values]
-    act_per_layer = model.NewIntVar(0, max(act_weights), "act_kib_per_layer")
-    model.Add(act_per_layer == pv.shape.linear(act_weights))
-    param_weights = [coeffs.kiloparams_per_layer[shape] for shape in pv.shape.values]
-    kiloparams = model.NewIntVar(0, max(param_weights), "kiloparams_per_layer")
-    model.Add(kiloparams == pv.shape.linear(param_weights))
-    whole_bytes = [coeffs.unsharded_bytes_per_param[zero] for zero in pv.zero.values]
-    bytes_per_param = model.NewIntVar(0, max(whole_bytes), "unsharded_bytes_per_param")
-    model.Add(bytes_per_param == pv.zero.linear(whole_bytes))
-    shard_weights = [int(KIB_FRACTION * coeffs.sharded_kib_per_layer_pp[zero]) for zero in pv.zero.values]
-    sharded_per = model.NewIntVar(0, max(shard_weights), "sharded_kib_per_layer_pp_x1024")
-    model.Add(sharded_per == pv.zero.linear(shard_weights))
-    for b, building in enumerate(pv.instance.cluster.buildings):
-        name = building.name
-        # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
-        # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
-        # sum inside int64 at the largest inputs, and admits the same plans.
-        limit = 1024 * IN_FLIGHT_SCALE * coeffs.capacity_kib[name]
-        held = _product(model, f"inflight*layers[{name}]", in_flight, pv.layers[b], in_flight_max * layers)
-        activations = _product(model, f"act_kib_x100[{name}]", held, act_per_layer,
-                               min(in_flight_max * layers * max(act_weights), limit // 1024))
-        params = _product(model, f"kiloparams[{name}]", pv.layers[b], kiloparams, layers * max(param_weights))
-        whole = _product(model, f"whole_state_kilobytes[{name}]", params, bytes_per_param,
-                         min(layers * max(param_weights) * max(whole_bytes), limit // (100 * 1000)))
-        sharded = _product(model, f"sharded_kib_x1024[{name}]", layers_pp[b], sharded_per,
-                           min(max_pp * layers * max(shard_weights), limit // 100))
-        total = 1024 * activations + 100 * 1000 * whole + 100 * sharded
-        model.Add(total <= limit).OnlyEnforceIf(pv.used[b])
-
 
 KIB_FRACTION = 1024  # the DP-sharded state is tabulated in 1/1024 KiB: it can be tiny per layer at scale
 
@@ -63,3 +31,76 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
     out = model.NewIntVar(0, max(upper, 0), name)
     model.AddMultiplicationEquality(out, [a, b])
     return out
+
+
+def _choice(pv: PlanVars, name: str, weights: list[int]) -> cp_model.IntVar:
+    """A variable equal to the chosen shape's weight."""
+    var = pv.model.NewIntVar(0, max(weights), name)
+    pv.model.Add(var == pv.shape.linear(weights))
+    return var
+
+
+def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
+                           layers_pp: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar]) -> None:
+    """Post per-building memory constraints: one product per factor, not one constraint per (shape, ZeRO
+    stage) pair. Units: activations KiB × IN_FLIGHT_SCALE, whole state kilobytes (thousands of params ×
+    bytes), sharded state 1/1024 KiB."""
+    model = pv.model
+    layers = pv.instance.job.model_spec.layers
+    max_pp = max(pv.space.pp)
+    shapes = pv.shape.values
+    act_weights = [int(coeffs.act_kib_per_layer[shape]) for shape in shapes]
+    param_weights = [coeffs.kiloparams_per_layer[shape] for shape in shapes]
+    extra_act_weights = [int(coeffs.moe_extra_act_kib_per_layer[shape]) for shape in shapes]
+    extra_param_weights = [coeffs.moe_extra_kiloparams_per_layer[shape] for shape in shapes]
+    act_per_layer = _choice(pv, "act_kib_per_layer", act_weights)
+    kiloparams = _choice(pv, "kiloparams_per_layer", param_weights)
+    whole_bytes = [coeffs.unsharded_bytes_per_param[zero] for zero in pv.zero.values]
+    bytes_per_param = model.NewIntVar(0, max(whole_bytes), "unsharded_bytes_per_param")
+    model.Add(bytes_per_param == pv.zero.linear(whole_bytes))
+    shard_weights = [int(KIB_FRACTION * coeffs.sharded_kib_per_layer_pp[zero]) for zero in pv.zero.values]
+    sharded_per = model.NewIntVar(0, max(shard_weights), "sharded_kib_per_layer_pp_x1024")
+    model.Add(sharded_per == pv.zero.linear(shard_weights))
+    if moe_only_stage:  # a model of dense, then MoE layers
+        extra_act = _choice(pv, "moe_extra_act_kib_per_layer", extra_act_weights)
+        extra_params = _choice(pv, "moe_extra_kiloparams_per_layer", extra_param_weights)
+        moe_act = _choice(pv, "moe_act_kib_per_layer", [a + x for a, x in zip(act_weights, extra_act_weights,
+                                                                                strict=True)])
+        moe_params = _choice(pv, "moe_kiloparams_per_layer", [p + x for p, x in zip(param_weights, extra_param_weights,
+                                                                                      strict=True)])
+    for b, building in enumerate(pv.instance.cluster.buildings):
+        name = building.name
+        # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
+        # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
+        # sum inside int64 at the largest inputs, and admits the same plans.
+        limit = 1024 * IN_FLIGHT_SCALE * coeffs.capacity_kib[name]
+
+        def held(label: str, count: cp_model.IntVar, per_layer_act: cp_model.IntVar, per_layer_params: cp_model.IntVar,
+                 flight: cp_model.IntVar, flight_max: int, name: str = name, limit: int = limit) -> cp_model.LinearExpr:
+            """1024·activations + 100·1000·whole state of ``count`` layers at these per-layer figures."""
+            act_top, param_top = _upper(per_layer_act), _upper(per_layer_params)
+            in_flight_layers = _product(model, f"inflight*{label}[{name}]", flight, count, flight_max * layers)
+            activations = _product(model, f"{label}_act_kib_x100[{name}]", in_flight_layers, per_layer_act,
+                                   min(flight_max * layers * act_top, limit // 1024))
+            params = _product(model, f"{label}_kiloparams[{name}]", count, per_layer_params, layers * param_top)
+            whole = _product(model, f"{label}_whole_state_kilobytes[{name}]", params, bytes_per_param,
+                             min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
+            return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
+
+        sharded = _product(model, f"sharded_kib_x1024[{name}]", layers_pp[b], sharded_per,
+                           min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
+        total = held("layers", pv.layers[b], act_per_layer, kiloparams, in_flight.worst, in_flight.worst_max)
+        total += IN_FLIGHT_SCALE * sharded
+        if moe_only_stage:
+            least_moe = model.NewIntVar(0, layers, f"moe_layers[{name}]")  # μ ≥ ℓ_b − D (its least value binds)
+            model.Add(least_moe >= pv.layers[b] - coeffs.dense_layers)
+            total += held("moe_extra", least_moe, extra_act, extra_params, in_flight.worst, in_flight.worst_max)
+            moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # ≥ ℓ_b − 1
+            model.Add(moe_stage >= pv.layers[b] - 1)
+            moe_total = held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)
+            model.Add(moe_total <= limit).OnlyEnforceIf([pv.used[b], moe_only_stage[b]])
+        model.Add(total <= limit).OnlyEnforceIf(pv.used[b])
+
+
+def _upper(var: cp_model.IntVar) -> int:
+    return var.domain.max()

@@ -179,7 +179,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                 max(_upper(per_layer), _upper(gather)))
                 model.AddMaxEquality(gathered, [per_layer, gather])
                 per_layer = gathered
-            t_b = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer) - discount
+            stage_us = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer)
+            t_b = stage_us - discount
+            if label == "heavy_layer" and products["moe_only_stage"]:
+                # some regular stage here holds only MoE layers, layers[b] or one less: no discount
+                model.Add(t_reg >= stage_us - per_layer).OnlyEnforceIf([pv.used[b], products["moe_only_stage"][b]])
             if label == "layer":
                 per_layer_times.append(per_layer)
                 layer_stage_times.append(t_b)
@@ -468,6 +472,7 @@ def _choice_var(pv: PlanVars, choice: OneHot, name: str, values: list[int]) -> c
     return var
 
 
+TERM_CAP = 10**17  # a bound's term (coefficient × its variable's upper bound) stays below this (int64: 9.2e18)
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
 
 
@@ -631,37 +636,48 @@ def _add_dp_route_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     """DP across buildings (dp mode): every stage's DP groups span every used building, so each route of
     their rings carries the whole model's gradient reduce-scatter and (ZeRO-1/2) parameter all-gather —
     ZeRO-3: its two all-gathers per micro-batch and the reduce-scatter — all stages at once, at most at the
-    best route's goodput with every GPU connected: step ≥ volume · µs/MiB. Volume factor: (n−1)/n for a
-    flat ring over n ≥ dp ranks, ½ for hierarchical (the outer ring over ≥ 2 buildings). Experts sync over
-    dp·cp/ep ranks (none cross when ep = dp·cp), so they are counted only when ep = 1. Returns (scaled µs,
-    condition) bounds of the step."""
+    best route's goodput with every GPU connected: step ≥ volume · µs/MiB. Volume of one ring pass, in
+    Mi-parameters (rounded down): the non-expert weights × (n−1)/n for a flat ring over the n = dp·cp ranks,
+    + the experts × (n_e−1)/n_e over their own group of n_e = dp·cp/ep ranks (none cross when n_e = 1); ½
+    each for hierarchical (the outer ring over ≥ 2 buildings), experts only when n_e ≥ 2
+    (``cost.step.dp_uses``). Returns (scaled µs, condition) bounds of the step."""
     if CrossBuilding.DP not in pv.mode.values or pv.cross_transport is None or pv.cross_algorithm is None:
         return []
+    model = pv.model
     dp_mode = pv.mode.lit(CrossBuilding.DP)
-    zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
-    per_microbatch_cap = 10**18 // pv.instance.job.global_batch_size  # × m stays in int64
+    eps = sorted({shape.ep for shape in pv.shape.values})
+    ep_lits = {e: pv.shape.any_of(model, f"route_ep={e}", lambda shape, e=e: shape.ep == e) for e in eps}
+    dense_mib, expert_mib = coeffs.model_param_mib, coeffs.model_expert_param_mib
+    volume = _new(model, "dp_route_mib", math.floor(dense_mib + expert_mib))  # one ring pass, all stages
+    for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+        for (d, d_lit), e in product(groups, eps):
+            if d % e:
+                continue
+            n_e = d // e
+            if algorithm is CollectiveAlgorithm.HIERARCHICAL:
+                crossing = dense_mib / 2 + (expert_mib / 2 if n_e > 1 else 0.0)
+            else:
+                crossing = dense_mib * (d - 1) / d + expert_mib * (n_e - 1) / n_e
+            model.Add(volume >= math.floor(crossing)).OnlyEnforceIf([dp_mode, a_lit, d_lit, ep_lits[e]])
     bounds = []
-    parts = [(coeffs.model_param_mib, [])]  # (Mi-parameters, condition)
-    if coeffs.model_expert_param_mib > 0 and any(shape.ep == 1 for shape in pv.shape.values):
-        ep_one = pv.shape.any_of(pv.model, "ep=1", lambda shape: shape.ep == 1)
-        parts.append((coeffs.model_param_mib + coeffs.model_expert_param_mib, [ep_one]))
-    for (params_mib, ep_cond), (transport, t_lit) in product(
-            parts, zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
-        whole = params_mib * min(coeffs.pair_route_us_per_mib[transport].values())  # the best route
-        for algorithm, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
-            factors = ([(SCALE * ring_factor(d) / 2, [lit]) for d, lit in groups]
-                       if algorithm is not CollectiveAlgorithm.HIERARCHICAL else [(SCALE / 2, [])])
-            for factor, d_cond in factors:
-                when = [dp_mode, t_lit, a_lit, *d_cond, *ep_cond]
-                sync = min(RHS_CAP, int(factor * whole * (co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES)))
-                if zero3 is None:
-                    bounds.append((sync, when))
-                    continue
-                bounds.append((sync, [*when, zero3.Not()]))
-                gathers = min(per_microbatch_cap, int(factor * whole * 2 * co.WEIGHT_BYTES))
-                reduce = min(RHS_CAP, int(factor * whole * co.GRAD_REDUCE_BYTES))
-                bounds.append((gathers * pv.microbatches + reduce, [*when, zero3]))
+    zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
+    gathered = _product(model, "dp_route_gathered_mib", volume, pv.microbatches) if zero3 is not None else None
+    for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+        per_mib = min(coeffs.pair_route_us_per_mib[transport].values())  # the best route
+        sync = _term_coefficient(per_mib * (co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES), volume)
+        if zero3 is None:
+            bounds.append((sync * volume, [dp_mode, t_lit]))
+            continue
+        bounds.append((sync * volume, [dp_mode, t_lit, zero3.Not()]))
+        reduce = _term_coefficient(per_mib * co.GRAD_REDUCE_BYTES, volume)
+        gather = _term_coefficient(per_mib * 2 * co.WEIGHT_BYTES, gathered)
+        bounds.append((gather * gathered + reduce * volume, [dp_mode, t_lit, zero3]))
     return bounds
+
+
+def _term_coefficient(us_per_unit: float, var: cp_model.IntVar) -> int:
+    """⌊SCALE × ``us_per_unit``⌋, lowered where needed so the term (× ``var``'s upper bound) stays in int64."""
+    return min(math.floor(SCALE * us_per_unit), TERM_CAP // max(1, _upper(var)))
 
 
 DpGroups = list[tuple[int, cp_model.IntVar]]

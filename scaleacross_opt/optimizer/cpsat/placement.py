@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ...cost.compute import LayerKind, layer_kinds
 from ...schedules import get_schedule
 from ...spec import CrossBuilding
 from .variables import PlanVars
@@ -121,7 +122,24 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads,
-            "v_shape": [v_shape], "last_used": ends["last"]}
+            "v_shape": [v_shape], "last_used": ends["last"], "moe_only_stage": _moe_only_stages(pv)}
+
+
+def _moe_only_stages(pv: PlanVars) -> list[cp_model.IntVar]:
+    """Per building, for models with leading dense layers before MoE layers: a literal true exactly when the
+    building holds ≥ D + 2 stages (D dense layers): the dense layers touch at most D stages and one stage
+    may be the LM-head stage, so some regular stage there holds MoE layers only (``layers[b]`` or one
+    less). Empty for models of one kind."""
+    dense = layer_kinds(pv.instance.job.model_spec).count(LayerKind.DENSE)
+    if pv.instance.job.model_spec.moe is None or dense == 0:
+        return []
+    out = []
+    for b, name in enumerate(pv.buildings):
+        lit = pv.model.NewBoolVar(f"a_stage_of_moe_layers_only[{name}]")
+        pv.model.Add(pv.stages[b] >= dense + 2).OnlyEnforceIf(lit)
+        pv.model.Add(pv.stages[b] <= dense + 1).OnlyEnforceIf(lit.Not())
+        out.append(lit)
+    return out
 
 
 def _end_of_used(pv: PlanVars, b: int, side: str) -> cp_model.IntVar:
