@@ -215,7 +215,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     fastest = _new(model, "fastest_layer_us")
     model.AddMinEquality(fastest, per_layer_times)
     layers_before_head = _layers_left(pv, "before_head", layers_total, [])
-    before_head = _product(model, "layers_before_head*c", layers_before_head, fastest)
+    before_head = _layers_cost(pv, "layers_before_head", layers_before_head, per_layer_times, fastest,
+                               products["layer_slots"])
     m_head = _product(model, "m*t_head", pv.microbatches, t_head_max)
     even = pv.layers  # in whole-pipeline modes every used building has the same layers[b]
     before_last_regular = [
@@ -384,6 +385,29 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: list[cp_model.IntVar],
+                 fastest: cp_model.IntVar, slots: list[cp_model.IntVar]) -> cp_model.IntVar:
+    """A lower bound of what ``count`` of the plan's layers cost (µs per micro-batch, the cheapest kind):
+    count·c_min with one building; with several, Σ_b x_b·c_b over any x_b ≤ the layer slots of building b
+    (stages·layers[b]) with Σ x_b = count — the solver picks the cheapest filling, so layers that cannot
+    all fit the fastest building's stages (a mixed-GPU pipeline across buildings) are priced where they
+    must run."""
+    model = pv.model
+    if len(per_layer) == 1:
+        return _product(model, f"{name}*c", count, fastest)
+    total = pv.instance.job.model_spec.layers
+    held = []
+    for b, (c_b, slots_b) in enumerate(zip(per_layer, slots, strict=True)):
+        x_b = model.NewIntVar(0, total, f"{name}_in[{pv.buildings[b]}]")
+        model.Add(x_b <= slots_b)
+        held.append((x_b, c_b))
+    model.Add(sum(x for x, _ in held) == count)
+    out = _new(model, f"{name}_us")
+    model.Add(out == sum(_product(model, f"{name}*c[{pv.buildings[b]}]", x_b, c_b)
+                         for b, (x_b, c_b) in enumerate(held)))
+    return out
 
 
 def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
