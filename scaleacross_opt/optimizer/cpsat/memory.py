@@ -33,13 +33,6 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
     return out
 
 
-def _choice(pv: PlanVars, name: str, weights: list[int]) -> cp_model.IntVar:
-    """A variable equal to the chosen shape's weight."""
-    var = pv.model.NewIntVar(0, max(weights), name)
-    pv.model.Add(var == pv.shape.linear(weights))
-    return var
-
-
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
                            layers_pp: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar]) -> None:
     """Post per-building memory constraints: one product per factor, not one constraint per (shape, ZeRO
@@ -53,8 +46,8 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
     param_weights = [coeffs.kiloparams_per_layer[shape] for shape in shapes]
     extra_act_weights = [int(coeffs.moe_extra_act_kib_per_layer[shape]) for shape in shapes]
     extra_param_weights = [coeffs.moe_extra_kiloparams_per_layer[shape] for shape in shapes]
-    act_per_layer = _choice(pv, "act_kib_per_layer", act_weights)
-    kiloparams = _choice(pv, "kiloparams_per_layer", param_weights)
+    act_per_layer = pv.shape.value_var(model, "act_kib_per_layer", act_weights)
+    kiloparams = pv.shape.value_var(model, "kiloparams_per_layer", param_weights)
     whole_bytes = [coeffs.unsharded_bytes_per_param[zero] for zero in pv.zero.values]
     bytes_per_param = model.NewIntVar(0, max(whole_bytes), "unsharded_bytes_per_param")
     model.Add(bytes_per_param == pv.zero.linear(whole_bytes))
@@ -62,12 +55,12 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
     sharded_per = model.NewIntVar(0, max(shard_weights), "sharded_kib_per_layer_pp_x1024")
     model.Add(sharded_per == pv.zero.linear(shard_weights))
     if moe_only_stage:  # a model of dense, then MoE layers
-        extra_act = _choice(pv, "moe_extra_act_kib_per_layer", extra_act_weights)
-        extra_params = _choice(pv, "moe_extra_kiloparams_per_layer", extra_param_weights)
-        moe_act = _choice(pv, "moe_act_kib_per_layer", [a + x for a, x in zip(act_weights, extra_act_weights,
-                                                                                strict=True)])
-        moe_params = _choice(pv, "moe_kiloparams_per_layer", [p + x for p, x in zip(param_weights, extra_param_weights,
-                                                                                      strict=True)])
+        extra_act = pv.shape.value_var(model, "moe_extra_act_kib_per_layer", extra_act_weights)
+        extra_params = pv.shape.value_var(model, "moe_extra_kiloparams_per_layer", extra_param_weights)
+        moe_act = pv.shape.value_var(model, "moe_act_kib_per_layer",
+                                     [a + x for a, x in zip(act_weights, extra_act_weights, strict=True)])
+        moe_params = pv.shape.value_var(model, "moe_kiloparams_per_layer",
+                                        [p + x for p, x in zip(param_weights, extra_param_weights, strict=True)])
     for b, building in enumerate(pv.instance.cluster.buildings):
         name = building.name
         # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused

@@ -141,7 +141,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         """The value ``table[(shape, building, pairs)]`` takes for the plan's shape and schedule."""
         rows = {pairs: [table[(shape, building, pairs)] for shape in pv.shape.values] for pairs in pairings(pv.space)}
         if paired is None:
-            return _choice_var(pv, pv.shape, name, next(iter(rows.values())))
+            return pv.shape.value_var(pv.model, name, next(iter(rows.values())))
         out = _new(model, name, max(max(row) for row in rows.values()))
         for pairs, row in rows.items():
             model.Add(out == pv.shape.linear(row)).OnlyEnforceIf(paired if pairs else paired.Not())
@@ -261,7 +261,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"])
              if pp_mode is not None and v_shaped else [])
     split_chain = None
-    layer_weight = _choice_var(pv, pv.shape, "layer_weight_us",
+    layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
     v_head = _v_head_stage_wait(pv, coeffs, head_stages, fastest, before_head, hops) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
@@ -360,7 +360,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         # … and at most its first forward: the chunk's layers' and embedding's F (the LM head's with one stage)
-        longest_forward = _choice_var(pv, pv.shape, "layer_forward_us",
+        longest_forward = pv.shape.value_var(pv.model, "layer_forward_us",
                                       [coeffs.layer_forward_us[shape] for shape in pv.shape.values])
         first_forward = _first_chunk_op_us(pv, "forward", first_layers, longest_forward,
                                            coeffs.embedding_forward_us, coeffs.head_forward_us)
@@ -489,13 +489,6 @@ def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: li
     return out
 
 
-def _choice_var(pv: PlanVars, choice: OneHot, name: str, values: list[int]) -> cp_model.IntVar:
-    """A variable equal to ``values[i]`` when ``choice`` takes its i-th value."""
-    var = _new(pv.model, name, max(values))
-    pv.model.Add(var == choice.linear(values))
-    return var
-
-
 TERM_CAP = 10**17  # a bound's term (coefficient × its variable's upper bound) stays below this (int64: 9.2e18)
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
 
@@ -547,7 +540,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
     several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
 
     def var_of(name: str, values: list[int]) -> cp_model.IntVar:
-        return _choice_var(pv, sharding, name, values)
+        return sharding.value_var(pv.model, name, values)
 
     best_step = var_of("zero3_step_us", [coeffs.zero3_step_us[k] for k in sharding.values])
     nic_step = var_of("zero3_nic_step_us", [coeffs.zero3_nic_step_us[k] for k in sharding.values])
@@ -643,7 +636,7 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
-    dense = _choice_var(pv, sharding, "zero3_nic_dense_pair_us",
+    dense = sharding.value_var(pv.model, "zero3_nic_dense_pair_us",
                         [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
@@ -845,7 +838,7 @@ def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, ch
             model.Add(default >= steps).OnlyEnforceIf(when)
     bucket = _new(model, "bucket_layers_steps", top)  # ≥ the bucket's layers at the plan's (shape, n, ZeRO)
     if max(pv.bucket.values) * megatron_bucket_params(max(n for n, _ in groups)) <= MAX_BUCKET_PARAMS:
-        factor = _choice_var(pv, pv.bucket, "bucket_factor_v", pv.bucket.values)
+        factor = pv.bucket.value_var(pv.model, "bucket_factor_v", pv.bucket.values)
         model.AddMinEquality(bucket, [top, _product(model, "factor*default_bucket_layers_steps", factor, default)])
     else:  # sizes may be capped below default × factor: only the default is sure
         model.Add(bucket == default)
@@ -866,7 +859,7 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
         return 0
     model = pv.model
     kiloparams = [int(coeffs.synced_params_per_layer[shape] / 1000) for shape in pv.shape.values]
-    per_layer = _choice_var(pv, pv.shape, "synced_kiloparams_per_layer", kiloparams)
+    per_layer = pv.shape.value_var(pv.model, "synced_kiloparams_per_layer", kiloparams)
     chunk_kiloparams = _product(model, "first_chunk_kiloparams_steps", chunk_steps, per_layer)  # × BUCKET_STEPS
     layers = pv.instance.job.model_spec.layers
     sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)

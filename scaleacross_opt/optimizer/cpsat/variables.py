@@ -41,6 +41,12 @@ class OneHot(Generic[T]):
         """Σ weight_i · lit_i."""
         return cp_model.LinearExpr.WeightedSum(self.lits, weights)
 
+    def value_var(self, model: cp_model.CpModel, name: str, values: list[int]) -> cp_model.IntVar:
+        """A new variable equal to ``values[i]`` when the choice takes its i-th value (values ≥ 0)."""
+        var = model.NewIntVar(0, max(values), name)
+        model.Add(var == self.linear(values))
+        return var
+
     def any_of(self, model: cp_model.CpModel, name: str, keep: Callable[[T], bool]) -> cp_model.IntVar:
         """A new literal, true exactly when the chosen value is one ``keep`` accepts."""
         lit = model.NewBoolVar(name)
