@@ -215,3 +215,41 @@ def test_nvlink_carries_tp_and_bounds_the_step(load_shipped_instance) -> None:
     sim, est = simulate(instance, filled), estimate(instance, filled)
     assert est.step_time_s >= expected * (1 - 1e-9) and sim.step_time_s >= expected * (1 - 1e-9)
     assert sim.breakdown["exposed_tp_s"] >= expected - sim.details["pipeline_makespan_s"] - 1e-6
+
+
+def test_tp_and_the_dp_ring_share_nvlink(load_shipped_instance) -> None:
+    """TP 2 puts four DP ring members in each 8-GPU NVLink domain: 3/4 of each member's ring hops stay on
+    NVLink. The TP collectives (spread over each forward and backward) and the DP sync's NVLink hops are
+    flows on the same per-GPU NVLink resource, so with an NVLink 30× slower than an H100's they slow each
+    other: the simulated step exceeds both the classes timed apart and the NVLink's busy time, and the
+    busy time is the TP bytes plus the sync's (reduce-scatter and ZeRO-1 gather) NVLink hops."""
+    from scaleacross_opt.catalog import coefficients as co
+    from scaleacross_opt.spec import Instance
+
+    base = load_shipped_instance("single-building-llama3-70b")
+    plan = Plan(tp=2, cp=1, pp=1, dp=1024, micro_batch_size=1, schedule="1f1b", zero_stage=1, recompute="none")
+    data = base.model_dump(mode="json", exclude_none=True)
+    gpu = base.cluster.buildings[0].gpu_spec.model_dump(mode="json")
+    gpu.update(name="H100-slow-nvlink", nvlink_bandwidth_gb_per_s=15.0)
+    data["cluster"]["buildings"][0]["gpu"] = gpu
+    instance = Instance.model_validate(data)
+    filled = fill_defaults(instance, plan)
+    workload = build_workload(instance, filled)
+    nvlink = {"NVLink bldg-a stage 0 tx", "NVLink bldg-a stage 0 rx"}
+    tp_flows = [flow for flow in workload.groups[0].op_flows if flow.name.startswith("tp-")]
+    assert {flow.name for flow in tp_flows} == {"tp-forward", "tp-backward"}
+    assert all(set(flow.demand[0][0]) == nvlink and 0 < min(flow.demand[0][0].values()) <= 1 for flow in tp_flows)
+    assert nvlink <= set(workload.dp_sync_uses[0][0]) and nvlink <= set(workload.dp_gather_uses[0][0])
+    model, job = instance.job.model_spec, instance.job
+    m = job.global_batch_size // plan.dp
+    bandwidth = 15.0e9 * co.NVLINK_PROTOCOL_EFFICIENCY
+    tp_bytes = m * model.layers * 2 * 4 * 1 / 2 * job.seq_len * model.hidden_size * 2
+    key = "NVLink bldg-a stage 0 tx"
+    sync, gather = workload.dp_sync_uses[0][0][key], workload.dp_gather_uses[0][0][key]
+    values = 70.6e9 / plan.tp  # the TP shard of Llama 3 70B's parameters, ± norms
+    assert sync * bandwidth == pytest.approx(values * co.GRAD_REDUCE_BYTES * 1023 / 1024 * 3 / 4, rel=0.01)
+    busy = workload.resource_busy_s[key]
+    assert busy == pytest.approx(tp_bytes / bandwidth + sync + gather, rel=1e-6)
+    shared, apart = simulate_workload(workload), simulate_workload(workload, share=False)
+    assert shared.sharing_s > 0 and shared.step_time_s > apart.step_time_s
+    assert shared.step_time_s > busy

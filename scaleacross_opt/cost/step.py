@@ -158,9 +158,11 @@ class _ChunkCost:
     ep_s: tuple[float, float]  # exposed EP all-to-all inside one forward, one backward
     ep_hidden_s: tuple[float, float, float]  # hidden EP all-to-all beside one F, B, W compute (``ep_split``)
     ep_nic_share: float  # share of the GPU's NIC (each way) that all-to-all occupies while it runs
+    ep_nvlink_share: float  # share of the GPU's NVLink (each way) it occupies: the domain peers' part
     cp_s: tuple[float, float]  # CP ring exchanges beside one forward, one backward, network to itself
     cp_nic_share: float  # likewise for the CP ring
-    nvlink_s: tuple[float, float]  # one GPU's NVLink seconds (each way) in one forward, one backward
+    cp_nvlink_share: float
+    tp_nvlink_s: tuple[float, float]  # one GPU's TP NVLink seconds (each way) in one forward, one backward
 
 
 def layer_comm(instance: Instance, plan: Plan, building: Building, kind: LayerKind) -> dict:
@@ -377,18 +379,6 @@ def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> flo
             + span_collective_s(ag, dp.algorithm, dp.expert, params.expert * co.WEIGHT_BYTES))
 
 
-def _ring_nvlink_s(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_param: float,
-                   building: Building) -> float:
-    """NVLink seconds (each way) of one GPU of ``stage`` in ``building`` for one ring pass (a reduce-scatter or an
-    all-gather) of ``params`` over the stage's DP groups: its (n−1)/n share of the buffer, the part of its ring
-    hops inside its NVLink domain (``nvlink_ring_share``); dense weights over dp·cp ranks, experts over dp·cp/ep."""
-    out = 0.0
-    for span, count in ((layout.dp_span(stage), params.dense), (layout.expert_dp_span(stage), params.expert)):
-        if span.size > 1 and count > 0:
-            out += count * bytes_per_param * (span.size - 1) / span.size * nvlink_ring_share(span)
-    return out / nvlink_path(building).bandwidth_bytes_per_s
-
-
 def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building) -> _ChunkCost:
     """Op times of (stage, chunk) for one micro-batch on a GPU of ``building``, communication included.
 
@@ -411,15 +401,18 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     ep_hidden = (0.0, 0.0, 0.0)
     cp_fwd = cp_bwd = cp_share = 0.0
     passes = 2 if plan.recompute is Recompute.FULL else 1  # of the forward's collectives in the backward
-    nvlink = [0.0, 0.0]  # NVLink seconds (each way) of one forward, one backward: TP, CP, EP, ZeRO-3 gathers
-    nvlink_bw = nvlink_path(building).bandwidth_bytes_per_s
-    tp_nvlink = 4 * (plan.tp - 1) / plan.tp * shard.tokens * model.hidden_size * 2 / nvlink_bw
+    # TP's NVLink seconds (each way) per layer and pass: 4 collectives of (tp − 1)/tp of the activation
+    tp_nvlink = 4 * (plan.tp - 1) / plan.tp * shard.tokens * model.hidden_size * 2 / (
+        nvlink_path(building).bandwidth_bytes_per_s)
+    tp_fwd = tp_bwd = 0.0
+    cp_nvlink = ep_nvlink = 0.0
     if plan.cp > 1:
         ring = cp_ring_step(instance, plan, building)
-        step, cp_share = ring.seconds, ring.nic_s / ring.seconds
-    if plan.ep > 1 and LayerKind.MOE in kinds:  # the NIC share of the MoE layers' all-to-all
+        step, cp_share, cp_nvlink = ring.seconds, ring.nic_s / ring.seconds, ring.nvlink_s / ring.seconds
+    if plan.ep > 1 and LayerKind.MOE in kinds:  # the NIC and NVLink shares of the MoE layers' all-to-all
         a2a = ep_all_to_all(instance, plan, building)
-        ep_share = a2a.nic_s / a2a.seconds if a2a.seconds > 0 else 0.0
+        if a2a.seconds > 0:
+            ep_share, ep_nvlink = a2a.nic_s / a2a.seconds, a2a.nvlink_s / a2a.seconds
 
     def add(times: OpTimes, params: ParamCount, count: int) -> None:
         nonlocal total, gathers
@@ -429,8 +422,6 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
             exposed["dp"] += count * (fwd + bwd)
             gathers += count * gather
             times = times + OpTimes(fwd, bwd, 0.0)
-            on_nvlink = count * _ring_nvlink_s(layout, stage, params, co.WEIGHT_BYTES, building)
-            nvlink[0], nvlink[1] = nvlink[0] + on_nvlink, nvlink[1] + on_nvlink
         total = total + times.scaled(count)
 
     for kind in set(kinds):
@@ -446,14 +437,10 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         ep_fwd, ep_bwd = ep_fwd + count * comm["ep"][0], ep_bwd + count * comm["ep"][1]
         ep_hidden = tuple(h + count * x for h, x in zip(ep_hidden, ep_split(instance, plan, building, kind).hidden,
                                                         strict=True))
-        per_pass = tp_nvlink + (a2a.nvlink_s if kind is LayerKind.MOE and plan.ep > 1 else 0.0)
+        tp_fwd, tp_bwd = tp_fwd + count * tp_nvlink, tp_bwd + count * passes * tp_nvlink
         if plan.cp > 1:  # cp − 1 steps forward, 2(cp − 1) backward, and the forward's again under full recompute
             cp_fwd += count * (plan.cp - 1) * step
             cp_bwd += count * (passes + 1) * (plan.cp - 1) * step
-            per_pass += (plan.cp - 1) * ring.nvlink_s
-            nvlink[1] += count * (plan.cp - 1) * ring.nvlink_s  # the K/V gradients' second exchange
-        nvlink[0] += count * per_pass
-        nvlink[1] += count * passes * per_pass
     heads = OpTimes(0.0, 0.0, 0.0)
     if (stage, chunk) == layout.order[0]:
         heads = heads + embedding_times(model, shard, gpu)
@@ -462,8 +449,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     head_params = stage_params(layout, stage)[chunk].dense - sum(
         layer_params(model, kind, plan.tp, plan.ep).dense for kind in kinds)
     add(heads, ParamCount(max(0.0, head_params), 0.0), 1)
-    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_hidden, ep_share, (cp_fwd, cp_bwd), cp_share,
-                      (nvlink[0], nvlink[1]))
+    return _ChunkCost(total, exposed, gathers, (ep_fwd, ep_bwd), ep_hidden, ep_share, ep_nvlink, (cp_fwd, cp_bwd),
+                      cp_share, cp_nvlink, (tp_fwd, tp_bwd))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,6 +566,8 @@ def dp_uses(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_para
     ``NIC <group> stage <s> tx|rx`` of every pipeline group: one GPU's NIC carries (each way) its (n−1)/n
     share of its slice ÷ the members of its NVLink domain (the node's NICs split the scale-out traffic,
     one rail each) ÷ its fabric goodput;
+    ``NVLink <group> stage <s> tx|rx``: the same (n−1)/n share times the part of its ring hops inside its
+    domain (``nvlink_ring_share``) ÷ NVLink bandwidth;
     per edge a → b of the ring over the span's buildings, the bytes entering b (``_ring_volume`` half,
     every tp (·ep) group of the stage) on the links of its route (``route_uses``).
     """
@@ -591,12 +580,18 @@ def dp_uses(layout: ResolvedPlan, stage: int, params: ParamCount, bytes_per_para
         if span.size <= 1 or count <= 0:
             continue
         values = count * bytes_per_param
-        if span.crosses_domains:
-            per_gpu = values * (span.size - 1) / span.size / span.per_domain
-            for group, (stage_map, _) in zip(layout.pipeline_names, layout.pipelines, strict=True):
-                seconds = per_gpu / _fabric_goodput(layout, stage_map[stage])
-                for key in nic_names(group, stage):
-                    uses[key] = uses.get(key, 0.0) + seconds
+        sent = values * (span.size - 1) / span.size  # by each member, each way
+        for group, (stage_map, _) in zip(layout.pipeline_names, layout.pipelines, strict=True):
+            building = layout.buildings[stage_map[stage]]
+            per_gpu = {}
+            if span.crosses_domains:
+                per_gpu.update(dict.fromkeys(nic_names(group, stage), sent / span.per_domain / _fabric_goodput(
+                    layout, building.name)))
+            if span.per_domain > 1:
+                per_gpu.update(dict.fromkeys(nvlink_names(group, stage), sent * nvlink_ring_share(span) / nvlink_path(
+                    building).bandwidth_bytes_per_s))
+            for key, seconds in per_gpu.items():
+                uses[key] = uses.get(key, 0.0) + seconds
         if span.crosses_buildings:
             entering = _ring_volume(dp.algorithm, span.size, len(span.buildings)) / 2 * values * groups
             names = list(span.buildings)
@@ -617,16 +612,14 @@ def _ring_volume(algorithm: CollectiveAlgorithm, n: int, parts: int) -> float:
 
 
 def resource_busy(layout: ResolvedPlan, groups: list[PipelineGroup], sync_uses: list[list[dict[str, float]]],
-                  gather_uses: list[list[dict[str, float]]], nvlink_busy: dict[str, float]) -> dict[str, float]:
+                  gather_uses: list[list[dict[str, float]]]) -> dict[str, float]:
     """Seconds each shared resource (a cross-building link each way, a GPU's NIC and NVLink each way) needs per
     step: the resource-seconds of every flow that crosses it — each group's pipeline transfers (m per boundary
-    and direction), the traffic inside its ops (m forwards and m backwards of every chunk), every chunk's
-    gradient sync and ZeRO-1/2 gather — and each GPU's NVLink seconds (``nvlink_busy``: TP, the CP, EP and DP
-    hops inside its domain; a bound only, NVLink is not a flow resource of the simulator). A step cannot be
-    shorter than any of them, however the classes interleave in time; in periodic steady state a step's
-    traffic fits in one step."""
+    and direction), the traffic inside its ops (m forwards and m backwards of every chunk: TP, CP, EP, ZeRO-3
+    gathers), every chunk's gradient sync and ZeRO-1/2 gather. A step cannot be shorter than any of them,
+    however the classes interleave in time; in periodic steady state a step's traffic fits in one step."""
     m = layout.num_microbatches
-    busy = {key: seconds for key, seconds in nvlink_busy.items() if seconds > 0}
+    busy: dict[str, float] = {}
 
     def add(uses: dict[str, float], times: float) -> None:
         for key, seconds in uses.items():
@@ -673,9 +666,10 @@ def _pp_links(layout: ResolvedPlan) -> dict:
 
 def _group_share(uses: dict[str, float], group: str, fraction: float) -> dict[str, float]:
     """The part of a stage-wide collective's resource-seconds (``dp_uses``) one pipeline group's GPUs run:
-    their own NICs, and ``fraction`` (their share of the stage's replicas) of the routes."""
+    their own NICs and NVLink, and ``fraction`` (their share of the stage's replicas) of the routes."""
+    own = (f"NIC {group} stage ", f"NVLink {group} stage ")
     return {key: (seconds * fraction if key.startswith("link ") else seconds) for key, seconds in uses.items()
-            if key.startswith("link ") or key.startswith(f"NIC {group} stage ")}
+            if key.startswith("link ") or key.startswith(own)}
 
 
 def _transfer_uses(layout: ResolvedPlan, group: str, stage_map: tuple[str, ...], replicas: int,
@@ -723,14 +717,11 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
     cache: dict[tuple[int, int, str], _ChunkCost] = {}
     gather_uses = [[dp_uses(layout, s, p, co.WEIGHT_BYTES) if plan.zero_stage >= 3 else {}
                     for p in stage_params(layout, s)] for s in range(pp)]
-    # ring passes of a chunk's DP sync (all-reduce: 2) and ZeRO-1/2 gather, per byte of their values
-    dp_passes = (2 if plan.zero_stage == 0 else 1, co.GRAD_REDUCE_BYTES), (int(plan.zero_stage in (1, 2)),
-                                                                       co.WEIGHT_BYTES)
-    nvlink_busy: dict[str, float] = {}
+    splits_backward = get_schedule(plan.schedule).splits_backward
     for name, (stage_map, replicas) in zip(layout.pipeline_names, layout.pipelines, strict=True):
         fwd, bwd_in, bwd_w = (np.zeros((pp, v)) for _ in range(3))
         flows = {kind: (np.zeros((3, pp, v)), [[{} for _ in range(v)] for _ in range(pp)])
-                 for kind in ("zero3", "cp", "ep", "ep-hidden")}
+                 for kind in ("zero3", "cp", "ep", "ep-hidden", "tp-forward", "tp-backward")}
         for s in range(pp):
             building = layout.buildings[stage_map[s]]
             stage_exposed = dict.fromkeys(COMM_CLASSES, 0.0)
@@ -746,23 +737,31 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
                     flows["zero3"][0][:2, s, c] = cost.zero3_gather_s
                     uses = _group_share(gather_uses[s][c], name, replicas / plan.dp)
                     flows["zero3"][1][s][c] = {r: seconds / cost.zero3_gather_s for r, seconds in uses.items()}
-                for kind, seconds, share in (("cp", cost.cp_s, cost.cp_nic_share),
-                                             ("ep", cost.ep_s, cost.ep_nic_share),
-                                             ("ep-hidden", cost.ep_hidden_s, cost.ep_nic_share)):
-                    if share > 0:
+                for kind, seconds, shares in (("cp", cost.cp_s, (cost.cp_nic_share, cost.cp_nvlink_share)),
+                                              ("ep", cost.ep_s, (cost.ep_nic_share, cost.ep_nvlink_share)),
+                                              ("ep-hidden", cost.ep_hidden_s, (cost.ep_nic_share,
+                                                                               cost.ep_nvlink_share))):
+                    demand = {key: share for names, share in zip((nic_names(name, s), nvlink_names(name, s)),
+                                                                  shares, strict=True)
+                              if share > 0 for key in names}
+                    if demand:
                         flows[kind][0][:len(seconds), s, c] = seconds
-                        flows[kind][1][s][c] = dict.fromkeys(nic_names(name, s), share)
+                        flows[kind][1][s][c] = demand
+                # TP's NVLink traffic, spread over the compute that follows each op's exposed all-to-all
+                backward = bwd_in[s, c] + (0.0 if splits_backward else bwd_w[s, c])
+                for k, (kind, nvlink_s, compute_s) in enumerate((("tp-forward", cost.tp_nvlink_s[0], fwd[s, c]),
+                                                                 ("tp-backward", cost.tp_nvlink_s[1], backward))):
+                    if nvlink_s > 0:
+                        seconds = max(compute_s - cost.ep_s[k], nvlink_s)
+                        flows[kind][0][k, s, c] = seconds
+                        flows[kind][1][s][c] = dict.fromkeys(nvlink_names(name, s), float(nvlink_s / seconds))
                 for comm_class in COMM_CLASSES:
                     stage_exposed[comm_class] += m * cost.exposed[comm_class]
-                params = stage_params(layout, s)[c]
-                seconds = m * sum(cost.nvlink_s) + sum(
-                    n * _ring_nvlink_s(layout, s, params, size, building) for n, size in dp_passes if n)
-                for key in nvlink_names(name, s):
-                    nvlink_busy[key] = nvlink_busy.get(key, 0.0) + seconds
             stage_time = float(fwd[s].sum() + bwd_in[s].sum() + bwd_w[s].sum())
             if stage_time > worst_stage_time:
                 worst_stage_time, worst_exposed = stage_time, stage_exposed
-        phases = {"zero3": "op", "cp": "compute", "ep": "inline", "ep-hidden": "compute"}
+        phases = {"zero3": "op", "cp": "compute", "ep": "inline", "ep-hidden": "compute", "tp-forward": "compute",
+                  "tp-backward": "compute"}
         op_flows = tuple(OpFlow(kind, seconds, tuple(map(tuple, demand)), phases[kind])
                          for kind, (seconds, demand) in flows.items() if seconds.any())
         groups.append(PipelineGroup(
@@ -807,7 +806,7 @@ def layout_workload(layout: ResolvedPlan) -> StepWorkload:
         dp_shared=shared,
         optimizer_s=optimizer,
         exposed_comm_s=worst_exposed,
-        resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses, nvlink_busy),
+        resource_busy_s=resource_busy(layout, groups, sync_uses, param_uses),
     )
 
 

@@ -41,15 +41,16 @@ class LinkShare:
 
 @dataclass(frozen=True)
 class OpFlow:
-    """One traffic class's scale-out communication inside every F, B and W op of a pipeline group.
+    """One traffic class's communication inside every F, B and W op of a pipeline group.
 
     ``seconds[k, s, c]``: per op of kind k (``OpKind``: F, B, W) of (stage s, chunk c), with the network
     to itself; ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
     ``phase``: when it runs — ``inline``: first, the op's compute waits for it (the exposed EP all-to-all,
     part of the op's duration); ``op``: beside the whole op from its start (ZeRO-3 gathers, prefetched;
     never longer than the op); ``compute``: beside the compute that follows the inline flows (the CP
-    ring's K/V exchange; the EP all-to-all hidden behind a paired micro-batch; never longer than that
-    compute at full speed). The op ends when all are done.
+    ring's K/V exchange; the EP all-to-all hidden behind a paired micro-batch; TP's NVLink collectives,
+    spread over the whole compute at their average rate; never longer than that compute at full speed,
+    unless NVLink cannot carry TP's bytes in it). The op ends when all are done.
     """
 
     name: str
@@ -66,10 +67,10 @@ class PipelineGroup:
     the exposed part of TP/CP/EP communication and any recompute.
 
     Shared resources (``simulator.flows``) are named ``link A->B`` (a cross-building link, one direction,
-    all replicas' traffic on it) and ``NIC <group> stage <s> tx|rx`` (one GPU of that stage of this group, per
-    direction). ``transfer_uses[(a, b)]``: resource-seconds (bytes ÷ capacity) one pipeline transfer from
-    stage a to stage b needs, all replicas of the group at once. ``op_flows``: the traffic inside its ops
-    that crosses NICs or links (``OpFlow``).
+    all replicas' traffic on it), ``NIC <group> stage <s> tx|rx`` and ``NVLink <group> stage <s> tx|rx`` (one
+    GPU of that stage of this group, per direction). ``transfer_uses[(a, b)]``: resource-seconds (bytes ÷
+    capacity) one pipeline transfer from stage a to stage b needs, all replicas of the group at once.
+    ``op_flows``: the traffic inside its ops that crosses NICs, NVLink or links (``OpFlow``).
     """
 
     name: str

@@ -15,11 +15,11 @@ Megatron's p2p ops), is then serialised (bytes ÷ the replica's share of the pat
 later.
 
 **Shared resources.** Every traffic class is a flow on the resources it crosses (``simulator.flows``): a
-GPU's NIC each way and each cross-building link each way, with capacity 1 and the resource-seconds the
-workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), the traffic inside each
-forward and backward (``op_flows``: ZeRO-3 parameter gathers, the CP ring and the EP all-to-all hidden
-behind a paired micro-batch beside the compute, the op ending when all are done; the exposed EP
-all-to-all before the rest of the op), DP gradient syncs and
+GPU's NIC each way, its NVLink each way and each cross-building link each way, with capacity 1 and the
+resource-seconds the workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), the
+traffic inside each forward and backward (``op_flows``: ZeRO-3 parameter gathers, the CP ring, the EP
+all-to-all hidden behind a paired micro-batch and TP's NVLink collectives beside the compute, the op ending
+when all are done; the exposed EP all-to-all before the rest of the op), DP gradient syncs and
 ZeRO-1/2 parameter gathers (``dp_sync_uses`` / ``dp_gather_uses``).
 Concurrent flows share each resource max-min fairly, so a sync overlapping the backward slows the gradient
 transfers on the same NIC or link, and every stage's ZeRO-3 gathers split the link they cross.
