@@ -132,6 +132,34 @@ def test_sync_and_gather_windows_are_the_first_chunks_own_ops(three_building_zb_
     assert 0.86 * step_s <= solver.ObjectiveValue() * 1e-6 <= step_s  # 0.873
 
 
+def test_v_tip_syncs_both_chunks_after_its_last_weight_gradients(three_building_zb_v) -> None:
+    """ZB-V across three buildings: the tip stage (the last building's) releases its chunk 1's gradients in one
+    bucket when that chunk's last W ends, which only its chunk-0 W of the last micro-batch follows; both
+    chunks' syncs then run one after the other on its DP stream before the optimizer. The bound charges the
+    tip's end less at least that W (an upper bound of the simulator's), plus at most the simulator's two syncs;
+    before, only the first stage's syncs were bounded (the tip's ended 54 ms after the pipeline)."""
+    from ortools.sat.python import cp_model
+
+    from scaleacross_opt.cost.step import build_workload
+
+    instance, space, plan = three_building_zb_v
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    for index, value in plan_assignment(pv, plan).items():
+        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.Solve(pv.model) == cp_model.OPTIMAL
+    us = {var.name: solver.Value(pv.model.get_int_var_from_proto_index(i))
+          for i, var in enumerate(pv.model.Proto().variables) if var.name}
+    workload = build_workload(instance, plan)
+    tip = plan.pp - 1
+    assert us["v_tip_chunk0_weight_us"] * 1e-6 >= workload.groups[0].bwd_weight_s[tip, 0] * (1 - 1e-6)
+    assert 0 < us["v_tip_sync_total_us"] * 1e-6 <= workload.dp_sync_s[tip].sum()
+    assert us["step_us"] >= (us["v_tip_end_us"] - us["v_tip_chunk0_weight_us"] + us["v_tip_sync_total_us"]
+                             + us["optimizer_us"] + us["dp_gather_exposed_us"])
+    assert 0.875 <= us["step_us"] * 1e-6 / simulate(instance, plan).step_time_s <= 1.0  # 0.880
+
+
 def test_dp_across_counts_the_experts_crossing_with_their_own_group(load_shipped_instance) -> None:
     """DP across a 32 Gb/s link: the experts' gradients sync over their own group of dp·cp/ep ranks, which
     spans the buildings too, so every route carries them; the bound counted them only when ep = 1 (0.065–0.20

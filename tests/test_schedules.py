@@ -115,3 +115,22 @@ def test_trailing_weight_ops_of_zb_h1_follow_its_op_order() -> None:
         for m in range(pp, 3 * pp):
             assert schedule.trailing_weight_ops(pp, 1, m) == PipelineSchedule.trailing_weight_ops(schedule, pp, 1, m)
     assert get_schedule("1f1b").trailing_weight_ops(4, 1, 8) == 0
+
+
+@pytest.mark.parametrize("name", ["zb-v", "dualpipe"])
+def test_v_tip_ends_with_its_last_micro_batchs_chunk_0_weight_gradient(name: str) -> None:
+    """The V's tip stage runs only W0 of the last micro-batch after its chunk 1's last W (the claim the CP-SAT
+    bound of the tip's gradient sync rests on): the schedules' constant equals the count read off the op
+    order, for ZB-V also the orders it builds for other F:B:W durations, which the simulator may run."""
+    schedule = get_schedule(name)
+    for pp in range(2, 9):
+        for m in range(2 * pp, 4 * pp + 3):
+            if schedule.check(pp, 2, m) is not None:
+                continue
+            assert schedule.tip_trailing_weight_ops(pp, 2, m) == 1
+            assert PipelineSchedule.tip_trailing_weight_ops(schedule, pp, 2, m) == 1
+            for times in ((8, 15, 1), (8, 8, 8), (8, 9, 7), (8, 20, 16)) if schedule.orders_by_op_times else ():
+                tip = schedule.timed_stage_ops(pp, 2, m, times)[pp - 1]
+                last_w1 = max(i for i, op in enumerate(tip) if op.kind is OpKind.W and op.chunk == 1)
+                assert [(op.kind, op.microbatch, op.chunk) for op in tip[last_w1 + 1:]] == [(OpKind.W, m - 1, 0)]
+    assert get_schedule("interleaved-1f1b").tip_trailing_weight_ops(4, 2, 8) is None

@@ -68,11 +68,29 @@ class PipelineSchedule(ABC):
         without ``orders_by_op_times``) return ``stage_ops``."""
         return self.stage_ops(pp, virtual_stages, num_microbatches)
 
+    def stage_order(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int) -> list[Op]:
+        """The op order of one stage (``stage_ops``; schedules that can build one stage alone do)."""
+        return self.stage_ops(pp, virtual_stages, num_microbatches)[stage]
+
     def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """W ops the LM-head stage runs after its last B (its pending weight gradients at the end)."""
-        ops = self.stage_ops(pp, virtual_stages, num_microbatches)[self.head_stage(pp, virtual_stages)]
+        ops = self.stage_order(pp, virtual_stages, num_microbatches, self.head_stage(pp, virtual_stages))
         last_b = max(i for i, op in enumerate(ops) if op.kind is OpKind.B)
         return sum(op.kind is OpKind.W for op in ops[last_b + 1:])
+
+    def tip_trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+        """V-shaped schedules (two chunks per stage): the ops the tip stage (pp − 1) runs after the last W of
+        its chunk 1, when they are all chunk-0 W ops — their count; None when other ops follow or the tip's
+        chunk 0 finishes its W ops first. (Chunk 1 syncs its gradients in one bucket, released at that W's
+        end; chunk 0's follow on the same DP stream.)"""
+        if not self.splits_backward or virtual_stages != 2:
+            return None
+        ops = self.stage_order(pp, virtual_stages, num_microbatches, pp - 1)
+        last_w1 = max(i for i, op in enumerate(ops) if op.kind is OpKind.W and op.chunk == 1)
+        tail = ops[last_w1 + 1:]
+        if not tail or any(op.kind is not OpKind.W or op.chunk != 0 for op in tail):
+            return None
+        return len(tail)
 
     @abstractmethod
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:

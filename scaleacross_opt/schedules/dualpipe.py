@@ -102,6 +102,16 @@ class DualPipe(PipelineSchedule):
         """DualPipeV order per rank."""
         return [_dualpipev_order(pp, r, num_microbatches) for r in range(pp)]
 
+    def tip_trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+        """1: the tip rank (pp − 1) ends with its pp B1/B0 pairs, the last pair's W ops queued (the split
+        falls at pair pp // 2, before the last pair's B1 on odd ranks and after it on even ones, so pp ≥ 2
+        queues both), and drains its queue oldest first: W0 of the last micro-batch alone follows W1's."""
+        return 1
+
+    def stage_order(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int) -> list[Op]:
+        """One rank's DualPipeV order."""
+        return _dualpipev_order(pp, stage, num_microbatches)
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p + 1/2 (2p+1 half-stage chunks)."""
         return pp + 0.5

@@ -53,6 +53,12 @@ class ZeroBubbleV(PipelineSchedule):
         priority = [(OpKind.B, 0), (OpKind.B, 1), (OpKind.F, 1), (OpKind.F, 0), (OpKind.W, 0)]
         return greedy_list_order(pp, num_microbatches, positions, priority, 2 * pp, op_times)
 
+    def tip_trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+        """1, for any op durations: the tip's last B ops are B1 and then B0 of the last micro-batch (chunk 0
+        follows chunk 1 on the backward at the tip; B ops run in micro-batch order), every F precedes them,
+        and W ops run oldest first, so W0 of the last micro-batch alone follows W1's."""
+        return 1
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p (2p half-stage chunks), like 1F1B."""
         return float(pp)

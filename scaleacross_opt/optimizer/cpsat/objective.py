@@ -259,18 +259,32 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"])
-             if pp_mode is not None and v_shaped else [])
+             if pp_mode is not None and v_shaped else None)
+    tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
+    tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     split_chain = None
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
-    v_head = _v_head_stage_wait(pv, coeffs, head_stages, fastest, before_head, hops) if v_shaped else None
+    # per recompute mode: the (least, largest) forward share of a layer's F+B+W, and whether the plan's shape has it
+    forward_shares = [(least, most, pv.shape.any_of(model, f"recompute={recompute.value}",
+                                                    lambda shape, r=recompute: shape.recompute == r))
+                      for recompute, (least, most) in coeffs.layer_forward_shares.items()] if v_shaped else []
+    v_head = _v_head_stage_wait(pv, head_stages, fastest, before_head, hops, forward_shares) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
             model.Add(pipeline >= v_head).OnlyEnforceIf(lit)
-            for tail, m_tip, before_tip in v_tip:  # pp across: the tip is the last used building's last stage
-                model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_tip + SCALE * hops + 2 * V_SHAPE_CHAIN * before_tip
-                          ).OnlyEnforceIf([lit, pp_mode, tail])
+            # pp across: the tip is the last used building's last stage; it starts once micro-batch 0's forward
+            # crossed the chunk 0 of every stage before it (half their layers, at the least forward share)
+            for (tail, m_tip, before_tip), (least, _, when) in product(v_tip.chains if v_tip else [], forward_shares):
+                model.Add(2 * SCALE * tip_end >= 2 * SCALE * m_tip + SCALE * hops + int(SCALE * least) * before_tip
+                          ).OnlyEnforceIf([lit, pp_mode, tail, when])
+            if v_tip:
+                model.Add(pipeline >= tip_end).OnlyEnforceIf([lit, pp_mode])
+                counts = {schedule.tip_trailing_weight_ops(pp, v, m) for pp in pv.pp.values if pp > 1
+                          for m in pv.microbatch_values if schedule.check(pp, v, m) is None}
+                if counts and None not in counts:
+                    tip_syncs.append((lit, max(counts)))
             # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
             # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W), and every
             # boundary once (hops / 2).
@@ -319,8 +333,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     bucket_layers = _last_bucket_layers(pv, coeffs, groups, chunk_steps)
     spans = [("dp_sync", sync_layers, 1)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
                                              if bucket_layers is not None else [])
+    if tip_syncs:
+        spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
     dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency)
+    tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra = _more_buckets_latency(pv, coeffs, groups, chunk_steps, bucket_latency)
     dp_exposed = _new(model, "dp_exposed_us")
@@ -380,6 +397,15 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
+    if tip_sync is not None:
+        # V across buildings: the tip's chunk 1 syncs in one bucket once its last W ends, which only its chunk-0
+        # W ops follow (``tip_trailing_weight_ops``, each ≤ ⌈ℓ/2⌉ layers' W); chunk 0's buckets queue behind it
+        # on the tip's DP stream (ZeRO-0..2: ZeRO-3 buckets every layer); the optimizer waits for the last sync
+        tip_weight = _product(model, "v_tip_chunk0_weight_us", v_tip.first_chunk_layers, layer_weight)
+        not_zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
+        for lit, count in tip_syncs:
+            model.Add(step >= tip_end - count * tip_weight + tip_sync + optimizer + gather_exposed
+                      ).OnlyEnforceIf([lit, pp_mode, *not_zero3])
     for scaled_bytes, condition in zero3_nic + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
@@ -410,10 +436,10 @@ def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: lis
     return out
 
 
-def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
+def _v_head_stage_wait(pv: PlanVars,
                        head_stages: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.LinearExprT, list]],
-                       fastest: cp_model.IntVar, before_head: cp_model.IntVar, hops: cp_model.IntVar
-                       ) -> cp_model.IntVar:
+                       fastest: cp_model.IntVar, before_head: cp_model.IntVar, hops: cp_model.IntVar,
+                       forward_shares: list[tuple[float, float, cp_model.IntVar]]) -> cp_model.IntVar:
     """V-shaped schedules: stage 0 holds the first chunk (n0 = ⌈h/2⌉ of its h layers) and the last (the LM
     head's). Until micro-batch 0's forward has passed every other chunk (≥ L − h/2 layers at the least
     forward share φ_lo of c_min, and every boundary: hops), stage 0 can only run first-chunk forwards (at
@@ -426,8 +452,7 @@ def _v_head_stage_wait(pv: PlanVars, coeffs: Coefficients,
     head_half = _product(model, "head_layers*c_min", pv.head_layers, fastest)
     m_rest = _product(model, "m*v_head_stage_after_chain", pv.microbatches, rest)
     wait = _new(model, "v_head_stage_wait_us")
-    for recompute, (least, most) in coeffs.layer_forward_shares.items():  # φ_lo, φ_hi of the plan's recompute
-        when = pv.shape.any_of(model, f"recompute={recompute.value}", lambda shape, r=recompute: shape.recompute == r)
+    for least, most, when in forward_shares:  # φ_lo, φ_hi of the plan's recompute mode
         model.Add(2 * SCALE * wait >= 2 * SCALE * (hops + m_rest) + int(SCALE * least) * (2 * before_head + head_half)
                   ).OnlyEnforceIf(when)
         hi = math.ceil(SCALE * most)
@@ -457,15 +482,24 @@ def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head
     return before, head_w
 
 
+@dataclass(frozen=True)
+class VTip:
+    """The V's tip stage under PP across: ``chains`` per building b, (b is the last used one, m·t_tip, layers
+    before the tip · c_min); ``layers``, at least the tip's layers; ``first_chunk_layers``, at most its chunk 0's."""
+
+    chains: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]
+    layers: cp_model.IntVar
+    first_chunk_layers: cp_model.IntVar
+
+
 def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
-                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar]
-                  ) -> list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]:
-    """PP across under a V-shaped schedule: per building b, (b is the last used one (``last_used``), m·t_tip,
-    layers before the tip · c_min). The V's tip is the pipeline's last stage, in the last used building; the
-    layer split trims its excess (≤ pp − 2 layers) from the first stages after the LM-head stage 0, so the tip keeps
-    ``layers[b]`` unless a stage before it sits at the floor of v layers (then ≥ ``layers[b]`` − 1). The
-    stages before the tip hold the other L − tip layers, half of each (chunk 0, the first chunk gets the
-    extra layer) on micro-batch 0's first forward pass to the tip."""
+                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar]) -> VTip:
+    """PP across under a V-shaped schedule (``VTip``). The V's tip is the pipeline's last stage, in the last used
+    building (``last_used``); the layer split trims its excess (≤ pp − 2 layers) from the first stages after the
+    LM-head stage 0, so the tip keeps ``layers[b]`` unless a stage before it sits at the floor of v layers (then
+    ≥ ``layers[b]`` − 1); its chunk 0 holds ⌈its layers / 2⌉ ≤ ⌈layers[b] / 2⌉. The stages before the tip hold
+    the other L − tip layers, half of each (chunk 0, the first chunk gets the extra layer) on micro-batch 0's
+    first forward pass to the tip."""
     model, used = pv.model, pv.used
     total = pv.instance.job.model_spec.layers
     at_floor = []
@@ -478,7 +512,11 @@ def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: li
     trimmed = model.NewBoolVar("v_tip_may_be_trimmed")
     model.AddMaxEquality(trimmed, at_floor)
     out = []
+    tip_layers = _new(model, "v_tip_layers", total)  # lower bounds only: the tip's sync grows with it
+    first_chunk = _new(model, "v_tip_chunk0_layers", total)  # upper bounds only: its W is subtracted
     for b, (name, tail) in enumerate(zip(pv.buildings, last_used, strict=True)):
+        model.Add(tip_layers >= pv.layers[b] - trimmed).OnlyEnforceIf(tail)
+        model.Add(2 * first_chunk <= pv.layers[b] + 1).OnlyEnforceIf(tail)
         tip = _new(model, f"v_tip_stage_us[{name}]", min(HORIZON_US, _upper(per_layer[b]) * total))
         model.Add(tip == stage_time[b]).OnlyEnforceIf([tail, trimmed.Not()])
         model.Add(tip == stage_time[b] - per_layer[b]).OnlyEnforceIf([tail, trimmed])
@@ -486,7 +524,7 @@ def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: li
         model.Add(layers_before == total - pv.layers[b] + trimmed).OnlyEnforceIf(tail)
         out.append((tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, tip),
                     _product(model, f"layers_before_v_tip*c[{name}]", layers_before, fastest)))
-    return out
+    return VTip(out, tip_layers, first_chunk)
 
 
 TERM_CAP = 10**17  # a bound's term (coefficient × its variable's upper bound) stays below this (int64: 9.2e18)
