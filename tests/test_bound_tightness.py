@@ -160,6 +160,33 @@ def test_v_tip_syncs_both_chunks_after_its_last_weight_gradients(three_building_
     assert 0.875 <= us["step_us"] * 1e-6 / simulate(instance, plan).step_time_s <= 1.0  # 0.880
 
 
+def test_pipelines_across_buildings_bound_the_chain_to_their_last_regular_stage(load_shipped_instance) -> None:
+    """Interleaved 1F1B, 12 stages across three buildings (4 each): stage 10, the last building's last regular
+    stage, keeps its 7 layers (the split trims the first stage), so T ≥ m·(its 7 layers) + ¼·(the 69 layers
+    before it) — micro-batch 0's chunk-0 forward reaches it through them and the last micro-batch's backward
+    returns through them. Only whole-pipeline modes had this chain; this plan, the model's optimum, was bounded
+    at its LM-head stage's (4 layers), 0.830 s against 1.224 s simulated."""
+    from scaleacross_opt.spec import Plan
+
+    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
+    plan = Plan.model_validate({
+        "tp": 1, "cp": 8, "pp": 12, "dp": 128, "virtual_stages": 4, "micro_batch_size": 1,
+        "schedule": "interleaved-1f1b", "dp_bucket_params": 65_536_000_000, "tp_comm_overlap": True,
+        "placement": {"cross_building": "pp", "layers_per_stage": [6] + [7] * 10 + [4], "buildings": [
+            {"building": name, "dp_replicas": 128, "pp_stages": 4} for name in ("bldg-a", "bldg-b", "bldg-c")]},
+        "network": {
+            "intra_building": {"collective_algorithm": "tree", "load_balancing": "packet_spraying",
+                               "congestion_control": "dcqcn", "loss_recovery": "selective_repeat",
+                               "qps_per_connection": 1, "window_kib_per_qp": 4096},
+            "cross_building": {"collective_algorithm": "ring", "load_balancing": "packet_spraying",
+                               "congestion_control": "receiver_driven", "loss_recovery": "selective_repeat",
+                               "qps_per_connection": 16, "window_kib_per_qp": 65536}}})
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    bound_s = plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
+    assert 0.99 <= bound_s <= simulate(instance, plan).step_time_s  # 1.0005 s against 1.2245 s
+
+
 def test_dp_across_counts_the_experts_crossing_with_their_own_group(load_shipped_instance) -> None:
     """DP across a 32 Gb/s link: the experts' gradients sync over their own group of dp·cp/ep ranks, which
     spans the buildings too, so every route carries them; the bound counted them only when ep = 1 (0.065–0.20

@@ -149,6 +149,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
+    layer_stage_us = []  # per building: a regular stage's layers at the cheapest kind's cost (no discount)
     head_stages = []  # per building: (head_layers·c_b, c_b, LM head µs, when the LM-head stage is here)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
@@ -187,6 +188,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if label == "layer":
                 per_layer_times.append(per_layer)
                 layer_stage_times.append(t_b)
+                layer_stage_us.append(stage_us)
             if pp_dp is None:
                 model.Add(t_reg >= t_b)
             else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
@@ -258,8 +260,18 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
-    v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"])
-             if pp_mode is not None and v_shaped else None)
+    at_floor = _some_stage_at_floor(pv) if pp_mode is not None else None
+    v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"], at_floor)
+             if at_floor is not None and v_shaped else None)
+    # pp across: stage pp − 2 is the last building's when it holds two stages or more
+    two_stages = []
+    for b, name in enumerate(pv.buildings) if pp_mode is not None else []:
+        lit = model.NewBoolVar(f"two_stages_or_more[{name}]")
+        model.Add(pv.stages[b] >= 2).OnlyEnforceIf(lit)
+        model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
+        two_stages.append(lit)
+    m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
+                     for name, stage_us in zip(pv.buildings, layer_stage_us, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     split_chain = None
@@ -317,6 +329,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+            if two_stages:
+                # pp across, no stage at the layer floor: stage pp − 2 is the last used building's (which holds two
+                # stages or more) and keeps its layers[b] (the split trims ≤ pp − 2 stages from the first one on)
+                model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
+                          + beta * before_last_regular[b]
+                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], at_floor.Not()])
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
@@ -492,25 +510,33 @@ class VTip:
     first_chunk_layers: cp_model.IntVar
 
 
+def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
+    """True when a used building's stages sit at the floor of v layers: the layer split, which trims its excess
+    (≤ pp − 2 layers, one per stage) from the first stages other than the LM-head stage, skips those and may
+    then reach a later stage (PP across)."""
+    model = pv.model
+    at_floor = []
+    for b, name in enumerate(pv.buildings):
+        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
+        model.AddImplication(flag, pv.used[b])
+        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
+        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([pv.used[b], flag.Not()])
+        at_floor.append(flag)
+    out = model.NewBoolVar("some_stage_at_layer_floor")
+    model.AddMaxEquality(out, at_floor)
+    return out
+
+
 def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
-                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar]) -> VTip:
+                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar], trimmed: cp_model.IntVar) -> VTip:
     """PP across under a V-shaped schedule (``VTip``). The V's tip is the pipeline's last stage, in the last used
     building (``last_used``); the layer split trims its excess (≤ pp − 2 layers) from the first stages after the
     LM-head stage 0, so the tip keeps ``layers[b]`` unless a stage before it sits at the floor of v layers (then
     ≥ ``layers[b]`` − 1); its chunk 0 holds ⌈its layers / 2⌉ ≤ ⌈layers[b] / 2⌉. The stages before the tip hold
     the other L − tip layers, half of each (chunk 0, the first chunk gets the extra layer) on micro-batch 0's
     first forward pass to the tip."""
-    model, used = pv.model, pv.used
+    model = pv.model
     total = pv.instance.job.model_spec.layers
-    at_floor = []
-    for b, name in enumerate(pv.buildings):
-        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
-        model.AddImplication(flag, used[b])
-        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
-        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([used[b], flag.Not()])
-        at_floor.append(flag)
-    trimmed = model.NewBoolVar("v_tip_may_be_trimmed")
-    model.AddMaxEquality(trimmed, at_floor)
     out = []
     tip_layers = _new(model, "v_tip_layers", total)  # lower bounds only: the tip's sync grows with it
     first_chunk = _new(model, "v_tip_chunk0_layers", total)  # upper bounds only: its W is subtracted
