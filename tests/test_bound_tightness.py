@@ -16,6 +16,22 @@ from scaleacross_opt.optimizer.refine import plan_bound_us
 from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.simulator import simulate
 
+# the network options of the plans below: tree inside buildings, ring across, the tuned transports
+TREE_RING_NETWORK = {
+    "intra_building": {"collective_algorithm": "tree", "load_balancing": "packet_spraying",
+                       "congestion_control": "dcqcn", "loss_recovery": "selective_repeat",
+                       "qps_per_connection": 1, "window_kib_per_qp": 4096},
+    "cross_building": {"collective_algorithm": "ring", "load_balancing": "packet_spraying",
+                       "congestion_control": "receiver_driven", "loss_recovery": "selective_repeat",
+                       "qps_per_connection": 16, "window_kib_per_qp": 65536}}
+
+
+def plan_bound_s(instance, plan) -> float:
+    """The CP-SAT bound of ``plan`` (its decisions fixed in the model of ``instance``'s pruned space), seconds."""
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    return plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
+
 
 def bound_ratios(instance, count: int, keep) -> list[float]:
     """bound / simulated step of the first ``count`` seeded random plans that ``keep`` accepts."""
@@ -174,16 +190,8 @@ def test_pipelines_across_buildings_bound_the_chain_to_their_last_regular_stage(
         "schedule": "interleaved-1f1b", "dp_bucket_params": 65_536_000_000, "tp_comm_overlap": True,
         "placement": {"cross_building": "pp", "layers_per_stage": [6] + [7] * 10 + [4], "buildings": [
             {"building": name, "dp_replicas": 128, "pp_stages": 4} for name in ("bldg-a", "bldg-b", "bldg-c")]},
-        "network": {
-            "intra_building": {"collective_algorithm": "tree", "load_balancing": "packet_spraying",
-                               "congestion_control": "dcqcn", "loss_recovery": "selective_repeat",
-                               "qps_per_connection": 1, "window_kib_per_qp": 4096},
-            "cross_building": {"collective_algorithm": "ring", "load_balancing": "packet_spraying",
-                               "congestion_control": "receiver_driven", "loss_recovery": "selective_repeat",
-                               "qps_per_connection": 16, "window_kib_per_qp": 65536}}})
-    space = prune_space(instance, design_space(instance))
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    bound_s = plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
+        "network": TREE_RING_NETWORK})
+    bound_s = plan_bound_s(instance, plan)
     assert 0.99 <= bound_s <= simulate(instance, plan).step_time_s  # 1.0005 s against 1.2245 s
 
 
@@ -260,14 +268,6 @@ def test_chain_prices_layers_where_they_fit_on_a_mixed_gpu_pipeline(load_shipped
         "placement": {"cross_building": "pp", "layers_per_stage": [5] * 16 + [12, 12, 12, 10], "buildings": [
             {"building": "bldg-h100", "dp_replicas": 32, "pp_stages": 16},
             {"building": "bldg-b200", "dp_replicas": 32, "pp_stages": 4}]},
-        "network": {
-            "intra_building": {"collective_algorithm": "tree", "load_balancing": "packet_spraying",
-                               "congestion_control": "dcqcn", "loss_recovery": "selective_repeat",
-                               "qps_per_connection": 1, "window_kib_per_qp": 4096},
-            "cross_building": {"collective_algorithm": "ring", "load_balancing": "packet_spraying",
-                               "congestion_control": "receiver_driven", "loss_recovery": "selective_repeat",
-                               "qps_per_connection": 16, "window_kib_per_qp": 65536}}})
-    space = prune_space(instance, design_space(instance))
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    bound_s = plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
+        "network": TREE_RING_NETWORK})
+    bound_s = plan_bound_s(instance, plan)
     assert 6.1 <= bound_s <= simulate(instance, plan).step_time_s  # 6.16 s against 7.27 s
