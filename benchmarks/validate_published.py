@@ -207,9 +207,10 @@ REASONS = {
     "(torchtitan 2024, NeMo 24.03) not calibrated",
     "async_tp": "torchtitan AsyncTP modelled as TE-style GEMM-pipelined TP overlap (hides nearly all TP); the "
     "source measured +5.7 % from it (rows 201 -> 202)",
-    "moe": "MoE: EP all-to-all charged fully exposed (EP_OVERLAP_FRACTION 0: Megatron-Core's A2A/compute overlap, "
-    "DeepEP and DualPipe overlap not modelled); router, token permute/unpermute and grouped-GEMM efficiency of small "
-    "experts are uncalibrated (moe.csv covers one expert shape family)",
+    "moe": "MoE: EP all-to-all charged fully exposed unless the schedule pairs micro-batches (DualPipe; elsewhere "
+    "EP_OVERLAP_FRACTION 0: Megatron-Core's A2A/compute overlap and DeepEP not modelled); router, token "
+    "permute/unpermute and grouped-GEMM efficiency of small experts are uncalibrated (moe.csv covers one expert "
+    "shape family)",
     "blackwell": "B200/GB200 efficiency assumed equal to the H200 calibration (no Blackwell measurement); MXFP8 "
     "modelled as per-tensor FP8",
     "swa": "GPT-OSS: half the layers use 128-token sliding-window attention (+ attention sinks); modelled as full "
