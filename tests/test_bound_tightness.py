@@ -33,6 +33,20 @@ def plan_bound_s(instance, plan) -> float:
     return plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
 
 
+def fixed_plan_solution(instance, space, plan) -> tuple[float, dict[str, int]]:
+    """The CP-SAT model's optimum with ``plan``'s decisions fixed: its objective (µs) and every named variable."""
+    from ortools.sat.python import cp_model
+
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    for index, value in plan_assignment(pv, plan).items():
+        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.Solve(pv.model) == cp_model.OPTIMAL
+    return solver.ObjectiveValue(), {var.name: solver.Value(pv.model.get_int_var_from_proto_index(i))
+                                     for i, var in enumerate(pv.model.Proto().variables) if var.name}
+
+
 def bound_ratios(instance, count: int, keep) -> list[float]:
     """bound / simulated step of the first ``count`` seeded random plans that ``keep`` accepts."""
     space = prune_space(instance, design_space(instance))
@@ -127,25 +141,16 @@ def test_sync_and_gather_windows_are_the_first_chunks_own_ops(three_building_zb_
     the next step's first forward: the bound takes both ops at most its layers × the longest per-layer op
     (+ the embedding's), which must cover the simulator's op and be close to it (a share of t_max/v was
     25 % too long and left 9 ms of the three-building ZB-V plan's exposed sync unbounded)."""
-    from ortools.sat.python import cp_model
-
     from scaleacross_opt.cost.step import build_workload
 
     instance, space, plan = three_building_zb_v
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    for index, value in plan_assignment(pv, plan).items():
-        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    assert solver.Solve(pv.model) == cp_model.OPTIMAL
-    values = {var.name: solver.Value(pv.model.get_int_var_from_proto_index(i))
-              for i, var in enumerate(pv.model.Proto().variables) if var.name.startswith("first_chunk_")}
+    objective_us, values = fixed_plan_solution(instance, space, plan)
     group = build_workload(instance, plan).groups[0]
     for name, simulated_s in (("weight", group.bwd_weight_s[0, 0]), ("forward", group.fwd_s[0, 0])):
         bound_s = values[f"first_chunk_{name}_us"] * 1e-6
         assert simulated_s <= bound_s <= 1.01 * simulated_s, name
     step_s = simulate(instance, plan).step_time_s
-    assert 0.86 * step_s <= solver.ObjectiveValue() * 1e-6 <= step_s  # 0.873
+    assert 0.86 * step_s <= objective_us * 1e-6 <= step_s  # 0.873
 
 
 def test_v_tip_syncs_both_chunks_after_its_last_weight_gradients(three_building_zb_v) -> None:
@@ -154,19 +159,10 @@ def test_v_tip_syncs_both_chunks_after_its_last_weight_gradients(three_building_
     chunks' syncs then run one after the other on its DP stream before the optimizer. The bound charges the
     tip's end less at least that W (an upper bound of the simulator's), plus at most the simulator's two syncs;
     before, only the first stage's syncs were bounded (the tip's ended 54 ms after the pipeline)."""
-    from ortools.sat.python import cp_model
-
     from scaleacross_opt.cost.step import build_workload
 
     instance, space, plan = three_building_zb_v
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    for index, value in plan_assignment(pv, plan).items():
-        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    assert solver.Solve(pv.model) == cp_model.OPTIMAL
-    us = {var.name: solver.Value(pv.model.get_int_var_from_proto_index(i))
-          for i, var in enumerate(pv.model.Proto().variables) if var.name}
+    _, us = fixed_plan_solution(instance, space, plan)
     workload = build_workload(instance, plan)
     tip = plan.pp - 1
     assert us["v_tip_chunk0_weight_us"] * 1e-6 >= workload.groups[0].bwd_weight_s[tip, 0] * (1 - 1e-6)

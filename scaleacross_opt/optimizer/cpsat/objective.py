@@ -149,7 +149,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
-    layer_stage_us = []  # per building: a regular stage's layers at the cheapest kind's cost (no discount)
     head_stages = []  # per building: (head_layers·c_b, c_b, LM head µs, when the LM-head stage is here)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
@@ -187,8 +186,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(t_reg >= stage_us - per_layer).OnlyEnforceIf([pv.used[b], products["moe_only_stage"][b]])
             if label == "layer":
                 per_layer_times.append(per_layer)
-                layer_stage_times.append(t_b)
-                layer_stage_us.append(stage_us)
+                layer_stage_times.append(stage_us)  # the cheapest kind takes no discount
             if pp_dp is None:
                 model.Add(t_reg >= t_b)
             else:  # a pp+dp building holding just its group's LM-head stage has no regular stage
@@ -271,7 +269,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
         two_stages.append(lit)
     m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
-                     for name, stage_us in zip(pv.buildings, layer_stage_us, strict=True)] if two_stages else []
+                     for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     split_chain = None
@@ -527,7 +525,7 @@ def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
     return out
 
 
-def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.LinearExprT],
+def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.IntVar],
                   fastest: cp_model.IntVar, last_used: list[cp_model.IntVar], trimmed: cp_model.IntVar) -> VTip:
     """PP across under a V-shaped schedule (``VTip``). The V's tip is the pipeline's last stage, in the last used
     building (``last_used``); the layer split trims its excess (≤ pp − 2 layers) from the first stages after the
