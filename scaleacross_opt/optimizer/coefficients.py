@@ -69,6 +69,10 @@ class Coefficients:
     # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP, by whether the schedule pairs
     # micro-batches (``pairings``)
     layer_us: dict[tuple[Shape, str, bool], int]
+    # its forward (F) and full backward (B+W) apart, each the least of any kind and transport: ZeRO-3's
+    # gathers stretch them apart (``cost.step._chunk_cost``: max(F, g) + max(B+W, g))
+    layer_forward_least_us: dict[tuple[Shape, str, bool], int]
+    layer_backward_least_us: dict[tuple[Shape, str, bool], int]
     # models with layers of several kinds (MoE after dense layers): the MoE layer's layer_us, and what a
     # stage holding every dense layer saves against that (Σ over the dense layers of the positive
     # difference, rounded up); empty for models of one kind
@@ -216,14 +220,17 @@ def pairings(space: DesignSpace) -> list[bool]:
 
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
-             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], OpShares, float, float]:
+             space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], dict[bool, tuple[float, float]],
+                                          OpShares, float, float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
-    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); the
-    ranges of each op's share (``OpShares``) over kinds, transports and pairings; and the longest weight-
-    gradient op (W) and forward (exposed comm included) of any kind, transport and pairing (seconds)."""
+    the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); by
+    pairing, the least forward and the least full backward of any kind and transport; the ranges of each op's
+    share (``OpShares``) over kinds, transports and pairings; and the longest weight-gradient op (W) and
+    forward (exposed comm included) of any kind, transport and pairing (seconds)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
+    passes = dict.fromkeys(out, (math.inf, math.inf))
     shares, weight_s, forward_s = NO_SHARES, 0.0, 0.0
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
@@ -235,9 +242,10 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
                                   kind).values()
                 times = compute + OpTimes(sum(f for f, _ in comm), sum(b for _, b in comm), 0.0)
                 per_kind[kind] = min(per_kind.get(kind, math.inf), times.fwd_s + times.bwd_s)
+                passes[pairs] = (min(passes[pairs][0], times.fwd_s), min(passes[pairs][1], times.bwd_s))
                 forward_s = max(forward_s, times.fwd_s)
                 shares = shares.widen(OpShares.of(times))
-    return out, shares, weight_s, forward_s
+    return out, passes, shares, weight_s, forward_s
 
 
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
@@ -254,6 +262,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
     layer_weight_us, head_weight_us, embedding_weight_us = {}, {}, {}
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
+    layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
+    layer_backward_least_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic_pair, zero3_nic_step, synced_params = {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
@@ -279,7 +289,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             embedding_weight_us[shape] = max(embedding_weight_us.get(shape, 0),
                                              math.ceil(embedding.bwd_weight_s * 1e6))
             embedding_forward_us[shape] = max(embedding_forward_us.get(shape, 0), math.ceil(embedding.fwd_s * 1e6))
-            times, layer_shares, weight_s, forward_s = _layer_s(instance, shape, b, intra_transports, space)
+            times, passes, layer_shares, weight_s, forward_s = _layer_s(instance, shape, b, intra_transports, space)
+            for pairs, (forward_least, backward_least) in passes.items():
+                layer_forward_least_us[(shape, b.name, pairs)] = int(forward_least * 1e6)
+                layer_backward_least_us[(shape, b.name, pairs)] = int(backward_least * 1e6)
             layer_weight_us[shape] = max(layer_weight_us.get(shape, 0), math.ceil(weight_s * 1e6))
             layer_forward_us[shape] = max(layer_forward_us.get(shape, 0), math.ceil(forward_s * 1e6))
             shares = shares.widen(layer_shares)
@@ -373,7 +386,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
-        layer_us=layer_us, heavy_layer_us=heavy_us, light_discount_us=discount_us, model_us=model_us,
+        layer_us=layer_us, layer_forward_least_us=layer_forward_least_us,
+        layer_backward_least_us=layer_backward_least_us, heavy_layer_us=heavy_us, light_discount_us=discount_us,
+        model_us=model_us,
         head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us,
         embedding_weight_us=embedding_weight_us, layer_forward_us=layer_forward_us, head_forward_us=head_forward_us,
         embedding_forward_us=embedding_forward_us, act_kib_per_layer=act, moe_extra_act_kib_per_layer=moe_extra_act,

@@ -46,6 +46,7 @@ from itertools import product
 from ortools.sat.python import cp_model
 
 from ...catalog import coefficients as co
+from ...cost.layout import nvlink_domain
 from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
@@ -129,7 +130,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
     groups = _dp_group_sizes(pv)
-    gathers = _zero3_gathers(pv, coeffs, successors, groups) if 3 in pv.zero.values else None
+    inner = _inner_ring(pv, groups)
+    gathers = _zero3_gathers(pv, coeffs, successors, groups, inner) if 3 in pv.zero.values else None
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
     paired = None
@@ -177,7 +179,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
                 gathered = _new(model, f"{label}_or_gathers_us[{building.name}]",
                                 max(_upper(per_layer), _upper(gather)))
-                model.AddMaxEquality(gathered, [per_layer, gather])
+                model.Add(gathered >= per_layer)
+                model.Add(gathered >= gather)
+                if label == "layer":  # max(F, g) + max(B+W, g) ≥ F + g and ≥ B+W + g, g = ½ the pair
+                    for part, table in (("forward", coeffs.layer_forward_least_us),
+                                        ("backward", coeffs.layer_backward_least_us)):
+                        least = by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
+                        model.Add(2 * gathered >= 2 * least + gather)
                 per_layer = gathered
             stage_us = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer)
             t_b = stage_us - discount
@@ -352,7 +360,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
-    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency)
+    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra = _more_buckets_latency(pv, coeffs, groups, chunk_steps, bucket_latency)
@@ -583,7 +591,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
 
 
 def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                   groups: DpGroups) -> _Zero3Gathers:
+                   groups: DpGroups, inner: InnerRing | None) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
     (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
@@ -663,6 +671,10 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
                     for mode_lit in crossing:
                         model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
                                   ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
+    if inner is not None:  # the inner ring's bytes over the NICs, its steps, ≥ 1 outer step
+        outer_hop = min(coeffs.cross_hop_us.values())
+        model.Add(SCALE * raw >= int(SCALE * ring_factor(INNER_WIDE)) * terms[("nic", "light")][0]
+                  + 2 * SCALE * (coeffs.intra_hop_us * (inner.members - 1) + outer_hop)).OnlyEnforceIf(inner.wide)
     ceiling = HORIZON_US // max(1, instance.job.model_spec.layers)
     zero3 = pv.zero.lit(3)
 
@@ -678,6 +690,63 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
     return _Zero3Gathers(per_layer("zero3_gather_pair", raw),
                          per_layer("zero3_moe_gather_pair", raw_heavy) if raw_heavy is not None else None,
                          excess, sharding)
+
+
+INNER_WIDE = 16  # inner rings of at least this many members move ≥ 2(16 − 1)/16 of the bytes
+
+
+@dataclass(frozen=True)
+class InnerRing:
+    """A DP group across buildings under the hierarchical algorithm: the inner ring over one building's members
+    (``cost.collectives.span_collective_s``) has ≥ ``members`` of them (0: no bound), ≥ INNER_WIDE where
+    ``wide``; its n_in − 1 steps each pay the fabric's latency."""
+
+    members: cp_model.IntVar
+    wide: cp_model.IntVar
+
+
+def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
+    """The inner ring's members n_in = f_min · max_b ⌈members_b / f_b⌉ (``cost.layout.group_span``), f_b =
+    min(members_b, domain_b ÷ tp) those sharing an NVLink domain. Where every used building holds at least
+    domain_b ÷ tp of them (replicas_b · cp ≥ that, else the literal short[b] may be set and the bound lapses),
+    f_b = domain_b ÷ tp and, the group spanning at most k used buildings, its largest building holds ≥ ⌈n/k⌉
+    of its n = dp·cp members: n_in ≥ f_min · ⌈⌈n/k⌉ / f_max⌉ — counted only where that exceeds every domain's
+    share (the inner ring then crosses the fabric). None without DP across buildings or hierarchical."""
+    model, buildings = pv.model, pv.instance.cluster.buildings
+    crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
+    hierarchical = CollectiveAlgorithm.HIERARCHICAL
+    if not crossing or pv.cross_algorithm is None or hierarchical not in pv.cross_algorithm.values:
+        return None
+    crosses = model.NewBoolVar("dp_group_crosses_buildings")
+    model.Add(crosses == sum(crossing))
+    full = []  # ¬short[b]: building b, if used, holds a whole domain's share of every DP group
+    for b, building in enumerate(buildings):
+        needed = pv.shape.value_var(model, f"replicas_filling_domain[{building.name}]", [
+            math.ceil(max(1, nvlink_domain(building) // shape.tp) / shape.cp) for shape in pv.shape.values])
+        short = model.NewBoolVar(f"dp_group_short_of_domain[{building.name}]")
+        model.AddImplication(short, pv.used[b])
+        model.Add(pv.replicas[b] + 1 <= needed).OnlyEnforceIf(short)
+        model.Add(pv.replicas[b] >= needed).OnlyEnforceIf([pv.used[b], short.Not()])
+        full.append(short.Not())
+    at_most = {len(buildings): []}  # k → literals under which at most k buildings are used
+    for k in range(2, len(buildings)):
+        lit = model.NewBoolVar(f"used_buildings<={k}")
+        model.Add(sum(pv.used) <= k).OnlyEnforceIf(lit)
+        model.Add(sum(pv.used) >= k + 1).OnlyEnforceIf(lit.Not())
+        at_most[k] = [lit]
+    top = max(d for d, _ in groups)
+    members = _new(model, "inner_ring_members", top)
+    when = [crosses, pv.cross_algorithm.lit(hierarchical), *full]
+    for tp, tp_lit in zip(pv.tp.values, pv.tp.lits, strict=True):
+        shares = [max(1, nvlink_domain(building) // tp) for building in buildings]
+        for (d, d_lit), (k, k_lits) in product(groups, at_most.items()):
+            inner = min(shares) * math.ceil(math.ceil(d / k) / max(shares))
+            if inner > max(shares):
+                model.Add(members >= inner).OnlyEnforceIf([*when, tp_lit, d_lit, *k_lits])
+    wide = model.NewBoolVar("inner_ring_wide")
+    model.Add(members >= INNER_WIDE).OnlyEnforceIf(wide)
+    model.Add(members <= INNER_WIDE - 1).OnlyEnforceIf(wide.Not())
+    return InnerRing(members, wide)
 
 
 def _sharding_choice(pv: PlanVars) -> OneHot:
@@ -899,11 +968,11 @@ def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, ch
             when = [shape_lit, n_lit] + ([zero3.Not()] if zero3 is not None else [])
             model.Add(default >= steps).OnlyEnforceIf(when)
     bucket = _new(model, "bucket_layers_steps", top)  # ≥ the bucket's layers at the plan's (shape, n, ZeRO)
-    if max(pv.bucket.values) * megatron_bucket_params(max(n for n, _ in groups)) <= MAX_BUCKET_PARAMS:
-        factor = pv.bucket.value_var(pv.model, "bucket_factor_v", pv.bucket.values)
-        model.AddMinEquality(bucket, [top, _product(model, "factor*default_bucket_layers_steps", factor, default)])
-    else:  # sizes may be capped below default × factor: only the default is sure
-        model.Add(bucket == default)
+    factor = pv.bucket.value_var(pv.model, "bucket_factor_v", pv.bucket.values)
+    capped = pv.shape.value_var(pv.model, "largest_bucket_layers_steps", [  # sizes are capped at the largest
+        min(top, int(BUCKET_STEPS * MAX_BUCKET_PARAMS / 2 / coeffs.synced_params_per_layer[shape]))
+        for shape in pv.shape.values])
+    model.AddMinEquality(bucket, [top, capped, _product(model, "factor*default_bucket_layers_steps", factor, default)])
     if zero3 is not None:
         model.Add(bucket >= BUCKET_STEPS).OnlyEnforceIf(zero3)
     last = _new(model, "last_bucket_layers_steps", top)
@@ -941,8 +1010,8 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar
-                 ) -> list[cp_model.IntVar]:
+                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar,
+                 inner: InnerRing | None) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
     stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
     ``bucket_latency`` is bounded below by)."""
@@ -983,16 +1052,18 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
          _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport],
                                     f"hierarchical[{t}]", successors))
         for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True))]
+    if inner is not None:  # the hierarchical inner ring's steps
+        model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
     model.Add(bucket_latency >= intra_latency)
     return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
-                       bucket_latency if i == 0 else None) for i, span in enumerate(spans)]
+                       bucket_latency if i == 0 else None, inner) for i, span in enumerate(spans)]
 
 
 def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple[str, cp_model.IntVar, int],
                per_layer: cp_model.IntVar, intra_latency: cp_model.IntVar, all_several: cp_model.IntVar,
                whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
                edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]],
-               bucket_latency: cp_model.IntVar | None) -> cp_model.IntVar:
+               bucket_latency: cp_model.IntVar | None, inner: InnerRing | None) -> cp_model.IntVar:
     """One span of ``_add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
     building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm; the
     crossing's latency also bounds ``bucket_latency`` below (when given)."""
@@ -1009,6 +1080,9 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
             for mode_lit in whole_group:
                 model.Add(1024 * SCALE * per * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
                                                                                            mode_lit])
+        if inner is not None:  # the hierarchical inner ring over one building's members
+            model.Add(1024 * SCALE * per * intra >= int(base * ring_factor(INNER_WIDE)) * grad_kib
+                      ).OnlyEnforceIf([lit, inner.wide])
     model.Add(total >= intra + intra_latency)
     if not edges:
         return total
