@@ -269,13 +269,20 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     at_floor = _some_stage_at_floor(pv) if pp_mode is not None else None
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"], at_floor)
              if at_floor is not None and v_shaped else None)
-    # pp across: stage pp − 2 is the last building's when it holds two stages or more
-    two_stages = []
+    # pp across: stage pp − 2 is building b's last when b is the last used building and holds two stages or
+    # more, or when the buildings after b hold one stage together
+    two_stages, before_single = [], []
     for b, name in enumerate(pv.buildings) if pp_mode is not None else []:
         lit = model.NewBoolVar(f"two_stages_or_more[{name}]")
         model.Add(pv.stages[b] >= 2).OnlyEnforceIf(lit)
         model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
         two_stages.append(lit)
+        after = sum(pv.stages[b + 1:])
+        single = model.NewBoolVar(f"one_stage_after[{name}]")
+        model.AddImplication(single, pv.used[b])
+        model.Add(after == 1).OnlyEnforceIf(single)
+        model.Add(after != 1).OnlyEnforceIf([single.Not(), pv.used[b]])
+        before_single.append(single)
     m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
                      for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
@@ -338,9 +345,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if two_stages:
                 # pp across, no stage at the layer floor: stage pp − 2 is the last used building's (which holds two
                 # stages or more) and keeps its layers[b] (the split trims ≤ pp − 2 stages from the first one on)
-                model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
-                          + beta * before_last_regular[b]
-                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], at_floor.Not()])
+                for here in ([products["last_used"][b], two_stages[b]], [before_single[b]]):
+                    model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
+                              + beta * before_last_regular[b]).OnlyEnforceIf([lit, pp_mode, *here, at_floor.Not()])
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
