@@ -269,20 +269,14 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     at_floor = _some_stage_at_floor(pv) if pp_mode is not None else None
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"], at_floor)
              if at_floor is not None and v_shaped else None)
-    # pp across: stage pp − 2 is building b's last when b is the last used building and holds two stages or
-    # more, or when the buildings after b hold one stage together
-    two_stages, before_single = [], []
+    # pp across: stage pp − 2 is the last building's when it holds two stages or more
+    two_stages = []
     for b, name in enumerate(pv.buildings) if pp_mode is not None else []:
         lit = model.NewBoolVar(f"two_stages_or_more[{name}]")
         model.Add(pv.stages[b] >= 2).OnlyEnforceIf(lit)
         model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
         two_stages.append(lit)
-        after = sum(pv.stages[b + 1:])
-        single = model.NewBoolVar(f"one_stage_after[{name}]")
-        model.AddImplication(single, pv.used[b])
-        model.Add(after == 1).OnlyEnforceIf(single)
-        model.Add(after != 1).OnlyEnforceIf([single.Not(), pv.used[b]])
-        before_single.append(single)
+    inner_last = _inner_buildings_last_stages(pv, products, fastest) if two_stages else []
     m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
                      for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
@@ -345,9 +339,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if two_stages:
                 # pp across, no stage at the layer floor: stage pp − 2 is the last used building's (which holds two
                 # stages or more) and keeps its layers[b] (the split trims ≤ pp − 2 stages from the first one on)
-                for here in ([products["last_used"][b], two_stages[b]], [before_single[b]]):
-                    model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
-                              + beta * before_last_regular[b]).OnlyEnforceIf([lit, pp_mode, *here, at_floor.Not()])
+                model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
+                          + beta * before_last_regular[b]
+                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], at_floor.Not()])
+                # … and every other used building's last stage, where the split leaves it whole
+                untrimmed, before_cost = inner_last[b]
+                model.Add(SCALE * pipeline >= SCALE * m_layer_stage[b] + beta * before_cost).OnlyEnforceIf(
+                    [lit, pp_mode, pv.used[b], products["last_used"][b].Not(), untrimmed, at_floor.Not()])
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
@@ -521,6 +519,27 @@ class VTip:
     chains: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]
     layers: cp_model.IntVar
     first_chunk_layers: cp_model.IntVar
+
+
+def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]],
+                                 fastest: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
+    """PP across, schedules that are not V-shaped: building b's last stage is stage K_b = Σ_{b' ≤ b} stages − 1,
+    a regular stage unless b is the last used building. The layer split trims its excess e (≤ pp − 2, one layer
+    per stage) from stage 0 on when no stage sits at the floor, so K_b keeps layers[b] when e ≤ K_b, and the
+    stages before it hold Σ_{b' ≤ b} stages·layers − layers[b] − e layers. Per building: (the literal "K_b is
+    left whole", those layers · c_min)."""
+    model = pv.model
+    slots, (excess,) = products["layer_slots"], products["layer_excess"]
+    out = []
+    for b, name in enumerate(pv.buildings):
+        last_index = sum(pv.stages[:b + 1]) - 1
+        untrimmed = model.NewBoolVar(f"last_stage_untrimmed[{name}]")
+        model.Add(excess <= last_index).OnlyEnforceIf(untrimmed)
+        model.Add(excess >= last_index + 1).OnlyEnforceIf(untrimmed.Not())
+        before = _new(model, f"layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
+        model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess])
+        out.append((untrimmed, _product(model, f"layers_before_last_stage*c_min[{name}]", before, fastest)))
+    return out
 
 
 def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:

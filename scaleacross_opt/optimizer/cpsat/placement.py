@@ -90,6 +90,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     chunks = _product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * max(v for _, v in pv.schedule_chunks.values))
     model.Add(pv.head_layers + chunks - pv.virtual_var <= total_layers)
     n_used = sum(pv.used)
+    excess = model.NewIntVar(0, max_pp, "layer_excess")  # pp: slots beyond the model's layers, trimmed (pp − 2 at most)
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is CrossBuilding.NONE:
             model.Add(n_used == 1).OnlyEnforceIf(lit)
@@ -104,8 +105,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         if mode is CrossBuilding.PP:
             model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
             held = sum(layer_slots) - sum(head_slots) + pv.head_layers
-            model.Add(held >= total_layers).OnlyEnforceIf(lit)
-            model.Add(held - total_layers <= pv.pp_var - 2).OnlyEnforceIf(lit)
+            model.Add(excess == held - total_layers).OnlyEnforceIf(lit)
+            model.Add(excess <= pv.pp_var - 2).OnlyEnforceIf(lit)
     # none / dp: (pp − 1) stages of ``even`` layers and the head stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
     even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
@@ -121,8 +122,9 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
-    return {"layer_slots": layer_slots, "layers_pp": layers_pp, "group_head": group_head, "only_head": only_heads,
-            "v_shape": [v_shape], "last_used": ends["last"], "moe_only_stage": _moe_only_stages(pv)}
+    return {"layer_slots": layer_slots, "layer_excess": [excess], "layers_pp": layers_pp, "group_head": group_head,
+            "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
+            "moe_only_stage": _moe_only_stages(pv)}
 
 
 def _moe_only_stages(pv: PlanVars) -> list[cp_model.IntVar]:
