@@ -276,7 +276,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(pv.stages[b] >= 2).OnlyEnforceIf(lit)
         model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
         two_stages.append(lit)
-    inner_last = _inner_buildings_last_stages(pv, products, fastest) if two_stages else []
+    inner_last = {head_first: _inner_buildings_last_stages(pv, products, fastest, head_first)
+                  for head_first in ((False, True) if v_shaped else (False,))} if two_stages else {}
     m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
                      for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
@@ -300,6 +301,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           ).OnlyEnforceIf([lit, pp_mode, tail, when])
             if v_tip:
                 model.Add(pipeline >= tip_end).OnlyEnforceIf([lit, pp_mode])
+                # … as does every other used building's last stage that the split leaves whole, after the chunk-0
+                # forwards of the stages before it
+                for (b, (untrimmed, before_cost)), (least, _, when) in product(enumerate(inner_last[True]),
+                                                                                forward_shares):
+                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_layer_stage[b] + int(SCALE * least) * before_cost
+                              ).OnlyEnforceIf([lit, pp_mode, pv.used[b], products["last_used"][b].Not(), untrimmed,
+                                               at_floor.Not(), when])
                 counts = {schedule.tip_trailing_weight_ops(pp, v, m) for pp in pv.pp.values if pp > 1
                           for m in pv.microbatch_values if schedule.check(pp, v, m) is None}
                 if counts and None not in counts:
@@ -343,7 +351,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], at_floor.Not()])
                 # … and every other used building's last stage, where the split leaves it whole
-                untrimmed, before_cost = inner_last[b]
+                untrimmed, before_cost = inner_last[False][b]
                 model.Add(SCALE * pipeline >= SCALE * m_layer_stage[b] + beta * before_cost).OnlyEnforceIf(
                     [lit, pp_mode, pv.used[b], products["last_used"][b].Not(), untrimmed, at_floor.Not()])
             if pp_dp is not None:
@@ -521,24 +529,27 @@ class VTip:
     first_chunk_layers: cp_model.IntVar
 
 
-def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]],
-                                 fastest: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
-    """PP across, schedules that are not V-shaped: building b's last stage is stage K_b = Σ_{b' ≤ b} stages − 1,
-    a regular stage unless b is the last used building. The layer split trims its excess e (≤ pp − 2, one layer
-    per stage) from stage 0 on when no stage sits at the floor, so K_b keeps layers[b] when e ≤ K_b, and the
-    stages before it hold Σ_{b' ≤ b} stages·layers − layers[b] − e layers. Per building: (the literal "K_b is
-    left whole", those layers · c_min)."""
+def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]], fastest: cp_model.IntVar,
+                                 head_first: bool) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
+    """PP across: building b's last stage is stage K_b = Σ_{b' ≤ b} stages − 1, a regular stage unless it holds
+    the LM head (the last used building's last stage; ``head_first``, V-shaped schedules: stage 0). The layer
+    split trims its excess e (≤ pp − 2, one layer per stage) from the first stages other than the LM head's
+    when no stage sits at the floor, so K_b keeps layers[b] when e ≤ K_b (V: e ≤ K_b − 1), and the stages
+    before it hold Σ_{b' ≤ b} stages·layers − layers[b] − e layers (V: with the LM-head stage's own layers in
+    place of its slot). Per building: (the literal "K_b is left whole", those layers · c_min)."""
     model = pv.model
     slots, (excess,) = products["layer_slots"], products["layer_excess"]
+    head_correction = pv.head_layers - sum(products["head_slots"]) if head_first else 0
+    tag = "v_" if head_first else ""
     out = []
     for b, name in enumerate(pv.buildings):
-        last_index = sum(pv.stages[:b + 1]) - 1
-        untrimmed = model.NewBoolVar(f"last_stage_untrimmed[{name}]")
+        last_index = sum(pv.stages[:b + 1]) - 1 - int(head_first)
+        untrimmed = model.NewBoolVar(f"{tag}last_stage_untrimmed[{name}]")
         model.Add(excess <= last_index).OnlyEnforceIf(untrimmed)
         model.Add(excess >= last_index + 1).OnlyEnforceIf(untrimmed.Not())
-        before = _new(model, f"layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
-        model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess])
-        out.append((untrimmed, _product(model, f"layers_before_last_stage*c_min[{name}]", before, fastest)))
+        before = _new(model, f"{tag}layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
+        model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess + head_correction])
+        out.append((untrimmed, _product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest)))
     return out
 
 

@@ -122,8 +122,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
-    return {"layer_slots": layer_slots, "layer_excess": [excess], "layers_pp": layers_pp, "group_head": group_head,
-            "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
+    return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
+            "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
             "moe_only_stage": _moe_only_stages(pv)}
 
 
