@@ -372,3 +372,19 @@ def test_v_shaped_pipelines_across_buildings_chain_every_buildings_last_stage(lo
     assert values["v_last_stage_untrimmed[bldg-b]"] == 1 and values["v_layers_before_last_stage[bldg-b]"] == 41
     step_s = simulate(instance, plan).step_time_s
     assert 0.9 * step_s <= values["step_us"] * 1e-6 <= step_s  # 0.913 (0.851 before)
+
+
+def test_a_building_whose_regular_stages_are_all_trimmed_is_admitted(load_shipped_instance) -> None:
+    """ZB-V pp40 across H100 (32 stages) and B200 (8): the LM-head stage 0 holds 4 layers, so layers[H100] ≥ 4,
+    and the split trims its excess of 34 from stages 1–34: every regular H100 stage holds 3. The model priced
+    and sized them at 4 (86 of 78 GiB usable at 40 micro-batches in flight) and excluded this valid plan, like
+    7 % of the instance's random PP-across plans; two of those, once admitted, were bounded above their
+    simulated step by pricing 4 layers per H100 stage."""
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    plan = Plan.model_validate({
+        "tp": 2, "cp": 8, "pp": 40, "dp": 16, "virtual_stages": 2, "micro_batch_size": 2, "schedule": "zb-v",
+        "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True, "network": TREE_RING_NETWORK,
+        "placement": {"cross_building": "pp", "layers_per_stage": [4] + [3] * 34 + [4] * 5, "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 16, "pp_stages": 32},
+            {"building": "bldg-b200", "dp_replicas": 16, "pp_stages": 8}]}})
+    assert plan_bound_s(instance, plan) <= simulate(instance, plan).step_time_s  # 11.4 s against 16.2 s

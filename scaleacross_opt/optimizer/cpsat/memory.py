@@ -34,7 +34,7 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
 
 
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
-                           layers_pp: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar]) -> None:
+                           stage_layers: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar]) -> None:
     """Post per-building memory constraints: one product per factor, not one constraint per (shape, ZeRO
     stage) pair. Units: activations KiB × IN_FLIGHT_SCALE, whole state kilobytes (thousands of params ×
     bytes), sharded state 1/1024 KiB."""
@@ -80,13 +80,15 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                              min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
             return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
 
-        sharded = _product(model, f"sharded_kib_x1024[{name}]", layers_pp[b], sharded_per,
+        # b's regular stages hold ℓ_b, or ℓ_b − 1 when the split's trimming may have reached all of them
+        stage_layers_pp = _product(model, f"stage_layers*pp[{name}]", stage_layers[b], pv.pp_var, max_pp * layers)
+        sharded = _product(model, f"sharded_kib_x1024[{name}]", stage_layers_pp, sharded_per,
                            min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
-        total = held("layers", pv.layers[b], act_per_layer, kiloparams, in_flight.worst, in_flight.worst_max)
+        total = held("layers", stage_layers[b], act_per_layer, kiloparams, in_flight.worst, in_flight.worst_max)
         total += IN_FLIGHT_SCALE * sharded
         if moe_only_stage:
             least_moe = model.NewIntVar(0, layers, f"moe_layers[{name}]")  # μ ≥ ℓ_b − D (its least value binds)
-            model.Add(least_moe >= pv.layers[b] - coeffs.dense_layers)
+            model.Add(least_moe >= stage_layers[b] - coeffs.dense_layers)
             total += held("moe_extra", least_moe, extra_act, extra_params, in_flight.worst, in_flight.worst_max)
             moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # ≥ ℓ_b − 1
             model.Add(moe_stage >= pv.layers[b] - 1)

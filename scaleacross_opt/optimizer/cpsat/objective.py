@@ -187,7 +187,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                         least = by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
                         model.Add(2 * gathered >= 2 * least + gather)
                 per_layer = gathered
-            stage_us = _product(model, f"{label}_stage_us[{building.name}]", pv.layers[b], per_layer)
+            # b's least-loaded regular stage: every regular stage there holds at least ``stage_layers[b]``
+            stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["stage_layers"][b], per_layer)
             t_b = stage_us - discount
             if label == "heavy_layer" and products["moe_only_stage"]:
                 # some regular stage here holds only MoE layers, layers[b] or one less: no discount
@@ -266,7 +267,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
-    at_floor = _some_stage_at_floor(pv) if pp_mode is not None else None
+    at_floor = products["at_floor"][0] if pp_mode is not None else None
     v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"], at_floor)
              if at_floor is not None and v_shaped else None)
     # pp across: stage pp − 2 is the last building's when it holds two stages or more
@@ -550,23 +551,6 @@ def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model
         before = _new(model, f"{tag}layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
         model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess + head_correction])
         out.append((untrimmed, _product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest)))
-    return out
-
-
-def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
-    """True when a used building's stages sit at the floor of v layers: the layer split, which trims its excess
-    (≤ pp − 2 layers, one per stage) from the first stages other than the LM-head stage, skips those and may
-    then reach a later stage (PP across)."""
-    model = pv.model
-    at_floor = []
-    for b, name in enumerate(pv.buildings):
-        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
-        model.AddImplication(flag, pv.used[b])
-        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
-        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([pv.used[b], flag.Not()])
-        at_floor.append(flag)
-    out = model.NewBoolVar("some_stage_at_layer_floor")
-    model.AddMaxEquality(out, at_floor)
     return out
 
 

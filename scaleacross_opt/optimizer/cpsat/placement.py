@@ -122,9 +122,57 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
+    at_floor = _some_stage_at_floor(pv)
+    first_trimmed = _first_stage_trimmed(pv, excess, even_slots - even + pv.head_layers - total_layers, at_floor)
+    # layers of b's least-trimmed regular stage: ℓ_b, or ℓ_b − 1 when the trimming may have reached all of them
+    stage_layers = [model.NewIntVar(0, total_layers, f"regular_stage_layers[{b.name}]") for b in buildings]
+    for b in range(n_b):
+        model.Add(stage_layers[b] == pv.layers[b] - first_trimmed[b])
     return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
             "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
-            "moe_only_stage": _moe_only_stages(pv)}
+            "moe_only_stage": _moe_only_stages(pv), "stage_layers": stage_layers, "at_floor": [at_floor]}
+
+
+def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
+    """True when a used building's stages sit at the floor of v layers: the layer split, which trims its excess
+    (≤ pp − 2 layers, one per stage) from the first stages other than the LM-head stage, skips those and may
+    then reach a later stage (PP across)."""
+    model = pv.model
+    at_floor = []
+    for b, name in enumerate(pv.buildings):
+        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
+        model.AddImplication(flag, pv.used[b])
+        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
+        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([pv.used[b], flag.Not()])
+        at_floor.append(flag)
+    out = model.NewBoolVar("some_stage_at_layer_floor")
+    model.AddMaxEquality(out, at_floor)
+    return out
+
+
+def _first_stage_trimmed(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp_model.LinearExpr,
+                         any_floor: cp_model.IntVar) -> list[cp_model.IntVar]:
+    """Per building b, a literal that may be true only when b's first regular (non-LM-head) stage can hold
+    ``layers[b]`` − 1 layers: the split trims its excess one layer each from the pipeline's first regular
+    stages, so then every regular stage of b may have lost its layer (the memory bound counts ℓ_b − 1).
+    PP across: b's first regular stage has Σ_{c<b} stages − (LM-head stage before b) regular stages before it,
+    so it is trimmed only when that count is below the excess, or when some stage sits at the floor of v
+    layers (the trimming skips those and reaches further). Other modes: only when there is an excess."""
+    model, modes = pv.model, pv.mode
+    out = []
+    for b, name in enumerate(pv.buildings):
+        lit = model.NewBoolVar(f"first_regular_stage_trimmed[{name}]")
+        model.Add(pv.stages[b] - pv.head[b] >= 1).OnlyEnforceIf(lit)
+        for mode, on in zip(modes.values, modes.lits, strict=True):
+            if mode is CrossBuilding.PP:
+                before = sum(pv.stages[c] - pv.head[c] for c in range(b)) if b else 0
+                early = model.NewBoolVar(f"first_regular_stage_within_excess[{name}]")
+                model.Add(before + 1 <= excess).OnlyEnforceIf(early)
+                model.AddBoolOr([early, any_floor]).OnlyEnforceIf([lit, on])
+            else:
+                model.Add(even_excess >= 1).OnlyEnforceIf([lit, on])
+        out.append(lit)
+    return out
 
 
 def _moe_only_stages(pv: PlanVars) -> list[cp_model.IntVar]:
