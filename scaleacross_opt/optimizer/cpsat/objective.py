@@ -187,8 +187,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                         least = by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
                         model.Add(2 * gathered >= 2 * least + gather)
                 per_layer = gathered
-            # b's least-loaded regular stage: every regular stage there holds at least ``stage_layers[b]``
-            stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["stage_layers"][b], per_layer)
+            # b's most-loaded regular stage holds at least ``timed_layers[b]``
+            stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["timed_layers"][b], per_layer)
             t_b = stage_us - discount
             if label == "heavy_layer" and products["moe_only_stage"]:
                 # some regular stage here holds only MoE layers, layers[b] or one less: no discount

@@ -126,11 +126,21 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     first_trimmed = _first_stage_trimmed(pv, excess, even_slots - even + pv.head_layers - total_layers, at_floor)
     # layers of b's least-trimmed regular stage: ℓ_b, or ℓ_b − 1 when the trimming may have reached all of them
     stage_layers = [model.NewIntVar(0, total_layers, f"regular_stage_layers[{b.name}]") for b in buildings]
+    # … and of its most-loaded one (the stage time): whole pipelines never trim stage pp − 2, so only pipelines
+    # across buildings (pp, pp+dp) may have trimmed all of b's regular stages
+    timed_layers = [model.NewIntVar(0, total_layers, f"timed_stage_layers[{b.name}]") for b in buildings]
+    pp_across = model.NewBoolVar("pipelines_span_buildings")
+    model.Add(pp_across == sum(modes.lit(m) for m in (CrossBuilding.PP, CrossBuilding.PP_DP) if m in modes.values))
     for b in range(n_b):
         model.Add(stage_layers[b] == pv.layers[b] - first_trimmed[b])
+        all_trimmed = model.NewBoolVar(f"regular_stages_all_trimmed[{buildings[b].name}]")
+        model.AddImplication(all_trimmed, first_trimmed[b])
+        model.AddImplication(all_trimmed, pp_across)
+        model.Add(timed_layers[b] == pv.layers[b] - all_trimmed)
     return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
             "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
-            "moe_only_stage": _moe_only_stages(pv), "stage_layers": stage_layers, "at_floor": [at_floor]}
+            "moe_only_stage": _moe_only_stages(pv), "stage_layers": stage_layers,
+            "timed_layers": timed_layers, "at_floor": [at_floor]}
 
 
 def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
