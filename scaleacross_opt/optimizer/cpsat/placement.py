@@ -127,7 +127,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     # layers of b's least-trimmed regular stage: ℓ_b, or ℓ_b − 1 when the trimming may have reached all of them
     stage_layers = [model.NewIntVar(0, total_layers, f"regular_stage_layers[{b.name}]") for b in buildings]
     # … and of its most-loaded one (the stage time): whole pipelines never trim stage pp − 2, so only pipelines
-    # across buildings (pp, pp+dp) may have trimmed all of b's regular stages
+    # across buildings (pp, pp+dp) may have trimmed all of b's regular stages; pp: only when the excess covers the
+    # regular stages up to b's last (trimmed one layer each from the first), or some stage sits at the floor
     timed_layers = [model.NewIntVar(0, total_layers, f"timed_stage_layers[{b.name}]") for b in buildings]
     pp_across = model.NewBoolVar("pipelines_span_buildings")
     model.Add(pp_across == sum(modes.lit(m) for m in (CrossBuilding.PP, CrossBuilding.PP_DP) if m in modes.values))
@@ -136,6 +137,11 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         all_trimmed = model.NewBoolVar(f"regular_stages_all_trimmed[{buildings[b].name}]")
         model.AddImplication(all_trimmed, first_trimmed[b])
         model.AddImplication(all_trimmed, pp_across)
+        if CrossBuilding.PP in modes.values:  # pp: the excess reaches b's last regular stage (or a floor skips)
+            through = sum(pv.stages[c] - pv.head[c] for c in range(b + 1))
+            reached = model.NewBoolVar(f"last_regular_stage_within_excess[{buildings[b].name}]")
+            model.Add(through <= excess).OnlyEnforceIf(reached)
+            model.AddBoolOr([reached, at_floor]).OnlyEnforceIf([all_trimmed, modes.lit(CrossBuilding.PP)])
         model.Add(timed_layers[b] == pv.layers[b] - all_trimmed)
     return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
             "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
