@@ -34,13 +34,17 @@ def plan_bound_s(instance, plan) -> float:
     return plan_bound_us(pv, plan_assignment(pv, plan), seed=0) * 1e-6
 
 
-def fixed_plan_solution(instance, space, plan) -> tuple[float, dict[str, int]]:
-    """The CP-SAT model's optimum with ``plan``'s decisions fixed: its objective (µs) and every named variable."""
+def fixed_plan_solution(instance, space, plan, pinned: dict[str, int] | None = None) -> tuple[float, dict[str, int]]:
+    """The CP-SAT model's optimum with ``plan``'s decisions (and the named variables in ``pinned``) fixed: its
+    objective (µs) and every named variable."""
     from ortools.sat.python import cp_model
 
     pv = build_model(instance, space, build_coefficients(instance, space))
     for index, value in plan_assignment(pv, plan).items():
         pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
+    names = {var.name: i for i, var in enumerate(pv.model.Proto().variables)}
+    for name, value in (pinned or {}).items():
+        pv.model.Add(pv.model.get_int_var_from_proto_index(names[name]) == value)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     assert solver.Solve(pv.model) == cp_model.OPTIMAL
@@ -119,7 +123,7 @@ def test_v_shaped_pipelines_across_buildings_bound_the_chain_to_the_tip(load_shi
     solver.Solve(model)
     value = {var.name: solver.Value(model.get_int_var_from_proto_index(i))
              for i, var in enumerate(model.Proto().variables)}
-    tip_us, m = value["v_tip_stage_us[bldg-c]"], value["m"]
+    tip_us, m = value["layer_stage_us[bldg-c]"], value["m"]
     assert value["last_used_building[bldg-c]"] == 1 and tip_us > 0
     chain_us = (80 - 27) * value["fastest_layer_us"] / 8  # chunk 0's forward over the 53 layers before the tip
     assert value["pipeline_us"] >= m * tip_us + chain_us - 1
@@ -352,7 +356,7 @@ def test_pipelines_across_buildings_chain_every_buildings_last_stage(load_shippe
         "cross_building": "pp", "layers_per_stage": [29, 29, 22], "buildings": [
             {"building": name, "dp_replicas": 512, "pp_stages": 1} for name in ("bldg-a", "bldg-b", "bldg-c")]})
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
-    assert values["last_stage_untrimmed[bldg-b]"] == 1
+    assert values["last_regular_stage_trimmed[bldg-b]"] == 0
     assert values["pipeline_us"] >= values["m*layer_stage_us[bldg-b]"] + values["layer_us[bldg-a]"] * 29 / 4
     assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
 
@@ -369,7 +373,7 @@ def test_v_shaped_pipelines_across_buildings_chain_every_buildings_last_stage(lo
         "cross_building": "pp", "layers_per_stage": [11, 15, 15, 15, 12, 12], "buildings": [
             {"building": name, "dp_replicas": 256, "pp_stages": 2} for name in ("bldg-a", "bldg-b", "bldg-c")]})
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
-    assert values["v_last_stage_untrimmed[bldg-b]"] == 1 and values["v_layers_before_last_stage[bldg-b]"] == 41
+    assert values["last_regular_stage_trimmed[bldg-b]"] == 0 and values["v_layers_before_last_stage[bldg-b]"] == 41
     step_s = simulate(instance, plan).step_time_s
     assert 0.9 * step_s <= values["step_us"] * 1e-6 <= step_s  # 0.913 (0.851 before)
 
@@ -388,3 +392,41 @@ def test_a_building_whose_regular_stages_are_all_trimmed_is_admitted(load_shippe
             {"building": "bldg-h100", "dp_replicas": 16, "pp_stages": 32},
             {"building": "bldg-b200", "dp_replicas": 16, "pp_stages": 8}]}})
     assert plan_bound_s(instance, plan) <= simulate(instance, plan).step_time_s  # 11.4 s against 16.2 s
+
+
+def _hetero_pp80_plan(layers_per_stage: list[int]) -> Plan:
+    """ZB-H1 pp80 across H100 (64 stages) and B200 (16, the last holding the LM head), TP2 CP8 DP8."""
+    return Plan.model_validate({
+        "tp": 2, "cp": 8, "pp": 80, "dp": 8, "virtual_stages": 1, "micro_batch_size": 1, "schedule": "zb-h1",
+        "recompute": "none", "zero_stage": 1, "tp_comm_overlap": True,
+        "dp_bucket_params": 4_096_000_000, "network": TREE_RING_NETWORK,
+        "placement": {"cross_building": "pp", "layers_per_stage": layers_per_stage, "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 8, "pp_stages": 64},
+            {"building": "bldg-b200", "dp_replicas": 8, "pp_stages": 16}]}})
+
+
+def test_a_building_at_the_layer_floor_lets_the_trimming_reach_only_what_follows_it(load_shipped_instance) -> None:
+    """Layers [1]·18 + [2]·46 on H100, [1]·16 on B200: the split trims its excess of 18 from H100 stages 0–17
+    and leaves 46 stages of 2 layers. Any stage at the floor of v layers anywhere (the B200 ones, after H100)
+    let the model count every H100 stage at one layer and drop every chain: this plan, the model's optimum
+    then, was bounded at 4.37 s against 9.63 s simulated. A floor stage only lets the trimming reach past
+    it, so it counts only when it comes before."""
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    plan = _hetero_pp80_plan([1] * 18 + [2] * 46 + [1] * 16)
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["last_regular_stage_trimmed[bldg-h100]"] == 0
+    step_s = simulate(instance, plan).step_time_s
+    assert 0.9 * step_s <= values["step_us"] * 1e-6 <= step_s  # 9.03 s against 9.63 s
+
+
+def test_a_split_trimmed_in_three_passes_stays_admitted_and_below_its_simulation(load_shipped_instance) -> None:
+    """H100 stages all at the floor (1 layer), B200's 15 regular stages at layers[b] = 6 (the LM-head stage's):
+    the excess of 34 takes three passes over them ([3]·4 + [4]·11), so B200's last regular stage lost two
+    layers and its first three; the model's trimming bound (t·R_b ≤ e for the last, 1 + (t − 1)·R_b ≤ e for
+    the first) must admit both (the solve asserts OPTIMAL, so infeasible fails)."""
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    plan = _hetero_pp80_plan([1] * 64 + [3] * 4 + [4] * 11 + [6])
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan, pinned={
+        "last_regular_stage_layers[bldg-b200]": 4, "first_regular_stage_layers[bldg-b200]": 3})
+    assert values["layer_split_second_pass"] == 1
+    assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s  # 14.24 s against 14.53 s

@@ -80,7 +80,7 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                              min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
             return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
 
-        # b's regular stages hold ℓ_b, or ℓ_b − 1 when the split's trimming may have reached all of them
+        # b's first regular stage holds ≥ stage_layers[b] (ℓ_b less what the split's trimming may take there)
         stage_layers_pp = _product(model, f"stage_layers*pp[{name}]", stage_layers[b], pv.pp_var, max_pp * layers)
         sharded = _product(model, f"sharded_kib_x1024[{name}]", stage_layers_pp, sharded_per,
                            min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))

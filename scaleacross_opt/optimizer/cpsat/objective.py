@@ -267,9 +267,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
-    at_floor = products["at_floor"][0] if pp_mode is not None else None
-    v_tip = (_v_tip_chains(pv, per_layer_times, layer_stage_times, fastest, products["last_used"], at_floor)
-             if at_floor is not None and v_shaped else None)
+    v_tip = (_v_tip_chains(pv, layer_stage_times, fastest, products["last_used"],
+                           products["timed_layers"]) if pp_mode is not None and v_shaped else None)
     # pp across: stage pp − 2 is the last building's when it holds two stages or more
     two_stages = []
     for b, name in enumerate(pv.buildings) if pp_mode is not None else []:
@@ -302,13 +301,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           ).OnlyEnforceIf([lit, pp_mode, tail, when])
             if v_tip:
                 model.Add(pipeline >= tip_end).OnlyEnforceIf([lit, pp_mode])
-                # … as does every other used building's last stage that the split leaves whole, after the chunk-0
-                # forwards of the stages before it
-                for (b, (untrimmed, before_cost)), (least, _, when) in product(enumerate(inner_last[True]),
-                                                                                forward_shares):
+                # … as does every other used building's last stage, after the chunk-0 forwards of the stages
+                # before it
+                for (b, before_cost), (least, _, when) in product(enumerate(inner_last[True]), forward_shares):
                     model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_layer_stage[b] + int(SCALE * least) * before_cost
-                              ).OnlyEnforceIf([lit, pp_mode, pv.used[b], products["last_used"][b].Not(), untrimmed,
-                                               at_floor.Not(), when])
+                              ).OnlyEnforceIf([lit, pp_mode, pv.used[b], products["last_used"][b].Not(), when])
                 counts = {schedule.tip_trailing_weight_ops(pp, v, m) for pp in pv.pp.values if pp > 1
                           for m in pv.microbatch_values if schedule.check(pp, v, m) is None}
                 if counts and None not in counts:
@@ -346,15 +343,14 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
             if two_stages:
-                # pp across, no stage at the layer floor: stage pp − 2 is the last used building's (which holds two
-                # stages or more) and keeps its layers[b] (the split trims ≤ pp − 2 stages from the first one on)
+                # pp across: stage pp − 2 is the last used building's last regular stage when it holds two
+                # stages or more (m_layer_stage counts its layers less any trimming that reached it) …
                 model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]
-                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], at_floor.Not()])
-                # … and every other used building's last stage, where the split leaves it whole
-                untrimmed, before_cost = inner_last[False][b]
-                model.Add(SCALE * pipeline >= SCALE * m_layer_stage[b] + beta * before_cost).OnlyEnforceIf(
-                    [lit, pp_mode, pv.used[b], products["last_used"][b].Not(), untrimmed, at_floor.Not()])
+                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b]])
+                # … and every other used building's last stage
+                model.Add(SCALE * pipeline >= SCALE * m_layer_stage[b] + beta * inner_last[False][b]).OnlyEnforceIf(
+                    [lit, pp_mode, pv.used[b], products["last_used"][b].Not()])
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
@@ -531,35 +527,31 @@ class VTip:
 
 
 def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]], fastest: cp_model.IntVar,
-                                 head_first: bool) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
+                                 head_first: bool) -> list[cp_model.IntVar]:
     """PP across: building b's last stage is stage K_b = Σ_{b' ≤ b} stages − 1, a regular stage unless it holds
-    the LM head (the last used building's last stage; ``head_first``, V-shaped schedules: stage 0). The layer
-    split trims its excess e (≤ pp − 2, one layer per stage) from the first stages other than the LM head's
-    when no stage sits at the floor, so K_b keeps layers[b] when e ≤ K_b (V: e ≤ K_b − 1), and the stages
-    before it hold Σ_{b' ≤ b} stages·layers − layers[b] − e layers (V: with the LM-head stage's own layers in
-    place of its slot). Per building: (the literal "K_b is left whole", those layers · c_min)."""
+    the LM head (the last used building's last stage; ``head_first``, V-shaped schedules: stage 0); it holds
+    ``timed_layers[b]`` or more (placement's trimming bound). The split trims its excess e from the stages
+    other than the LM head's, so the stages before K_b hold ≥ Σ_{b' ≤ b} stages·layers − layers[b] − e layers
+    (V: with the LM-head stage's own layers in place of its slot). Per building: those layers · c_min."""
     model = pv.model
     slots, (excess,) = products["layer_slots"], products["layer_excess"]
     head_correction = pv.head_layers - sum(products["head_slots"]) if head_first else 0
     tag = "v_" if head_first else ""
     out = []
     for b, name in enumerate(pv.buildings):
-        last_index = sum(pv.stages[:b + 1]) - 1 - int(head_first)
-        untrimmed = model.NewBoolVar(f"{tag}last_stage_untrimmed[{name}]")
-        model.Add(excess <= last_index).OnlyEnforceIf(untrimmed)
-        model.Add(excess >= last_index + 1).OnlyEnforceIf(untrimmed.Not())
         before = _new(model, f"{tag}layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
         model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess + head_correction])
-        out.append((untrimmed, _product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest)))
+        out.append(_product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest))
     return out
 
 
-def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: list[cp_model.IntVar],
-                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar], trimmed: cp_model.IntVar) -> VTip:
+def _v_tip_chains(pv: PlanVars, stage_time: list[cp_model.IntVar],
+                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar], tip_held: list[cp_model.IntVar]
+                  ) -> VTip:
     """PP across under a V-shaped schedule (``VTip``). The V's tip is the pipeline's last stage, in the last used
-    building (``last_used``); the layer split trims its excess (≤ pp − 2 layers) from the first stages after the
-    LM-head stage 0, so the tip keeps ``layers[b]`` unless a stage before it sits at the floor of v layers (then
-    ≥ ``layers[b]`` − 1); its chunk 0 holds ⌈its layers / 2⌉ ≤ ⌈layers[b] / 2⌉. The stages before the tip hold
+    building (``last_used``), b's last regular stage: it holds ``tip_held[b]`` layers (placement's bound for
+    what the split's trimming leaves there, at most ``layers[b]``), which ``stage_time[b]`` prices; its chunk 0
+    holds ⌈its layers / 2⌉ ≤ ⌈layers[b] / 2⌉. The stages before the tip hold
     the other L − tip layers, half of each (chunk 0, the first chunk gets the extra layer) on micro-batch 0's
     first forward pass to the tip."""
     model = pv.model
@@ -568,14 +560,11 @@ def _v_tip_chains(pv: PlanVars, per_layer: list[cp_model.IntVar], stage_time: li
     tip_layers = _new(model, "v_tip_layers", total)  # lower bounds only: the tip's sync grows with it
     first_chunk = _new(model, "v_tip_chunk0_layers", total)  # upper bounds only: its W is subtracted
     for b, (name, tail) in enumerate(zip(pv.buildings, last_used, strict=True)):
-        model.Add(tip_layers >= pv.layers[b] - trimmed).OnlyEnforceIf(tail)
+        model.Add(tip_layers >= tip_held[b]).OnlyEnforceIf(tail)
         model.Add(2 * first_chunk <= pv.layers[b] + 1).OnlyEnforceIf(tail)
-        tip = _new(model, f"v_tip_stage_us[{name}]", min(HORIZON_US, _upper(per_layer[b]) * total))
-        model.Add(tip == stage_time[b]).OnlyEnforceIf([tail, trimmed.Not()])
-        model.Add(tip == stage_time[b] - per_layer[b]).OnlyEnforceIf([tail, trimmed])
         layers_before = _new(model, f"layers_before_v_tip[{name}]", total)
-        model.Add(layers_before == total - pv.layers[b] + trimmed).OnlyEnforceIf(tail)
-        out.append((tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, tip),
+        model.Add(layers_before == total - tip_held[b]).OnlyEnforceIf(tail)
+        out.append((tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, stage_time[b]),
                     _product(model, f"layers_before_v_tip*c[{name}]", layers_before, fastest)))
     return VTip(out, tip_layers, first_chunk)
 

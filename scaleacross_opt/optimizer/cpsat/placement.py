@@ -122,72 +122,79 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     _break_symmetry(pv)
     layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
-    at_floor = _some_stage_at_floor(pv)
-    first_trimmed = _first_stage_trimmed(pv, excess, even_slots - even + pv.head_layers - total_layers, at_floor)
-    # layers of b's least-trimmed regular stage: ℓ_b, or ℓ_b − 1 when the trimming may have reached all of them
-    stage_layers = [model.NewIntVar(0, total_layers, f"regular_stage_layers[{b.name}]") for b in buildings]
-    # … and of its most-loaded one (the stage time): whole pipelines never trim stage pp − 2, so only pipelines
-    # across buildings (pp, pp+dp) may have trimmed all of b's regular stages; pp: only when the excess covers the
-    # regular stages up to b's last (trimmed one layer each from the first), or some stage sits at the floor
-    timed_layers = [model.NewIntVar(0, total_layers, f"timed_stage_layers[{b.name}]") for b in buildings]
     pp_across = model.NewBoolVar("pipelines_span_buildings")
     model.Add(pp_across == sum(modes.lit(m) for m in (CrossBuilding.PP, CrossBuilding.PP_DP) if m in modes.values))
-    for b in range(n_b):
-        model.Add(stage_layers[b] == pv.layers[b] - first_trimmed[b])
-        all_trimmed = model.NewBoolVar(f"regular_stages_all_trimmed[{buildings[b].name}]")
-        model.AddImplication(all_trimmed, first_trimmed[b])
-        model.AddImplication(all_trimmed, pp_across)
-        if CrossBuilding.PP in modes.values:  # pp: the excess reaches b's last regular stage (or a floor skips)
-            through = sum(pv.stages[c] - pv.head[c] for c in range(b + 1))
-            reached = model.NewBoolVar(f"last_regular_stage_within_excess[{buildings[b].name}]")
-            model.Add(through <= excess).OnlyEnforceIf(reached)
-            model.AddBoolOr([reached, at_floor]).OnlyEnforceIf([all_trimmed, modes.lit(CrossBuilding.PP)])
-        model.Add(timed_layers[b] == pv.layers[b] - all_trimmed)
+    stage_layers, timed_layers = _regular_stage_layers(pv, excess, even_slots - even + pv.head_layers - total_layers,
+                                                       pp_across)
     return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
             "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
             "moe_only_stage": _moe_only_stages(pv), "stage_layers": stage_layers,
-            "timed_layers": timed_layers, "at_floor": [at_floor]}
+            "timed_layers": timed_layers}
 
 
-def _some_stage_at_floor(pv: PlanVars) -> cp_model.IntVar:
-    """True when a used building's stages sit at the floor of v layers: the layer split, which trims its excess
-    (≤ pp − 2 layers, one per stage) from the first stages other than the LM-head stage, skips those and may
-    then reach a later stage (PP across)."""
-    model = pv.model
-    at_floor = []
-    for b, name in enumerate(pv.buildings):
-        flag = model.NewBoolVar(f"stage_at_layer_floor[{name}]")
-        model.AddImplication(flag, pv.used[b])
-        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(flag)
-        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([pv.used[b], flag.Not()])
-        at_floor.append(flag)
-    out = model.NewBoolVar("some_stage_at_layer_floor")
-    model.AddMaxEquality(out, at_floor)
-    return out
+def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp_model.LinearExpr,
+                          pp_across: cp_model.IntVar) -> tuple[list[cp_model.IntVar], list[cp_model.IntVar]]:
+    """Per building b, lower bounds on the layers of its first and of its last regular (non-LM-head) stage.
 
-
-def _first_stage_trimmed(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp_model.LinearExpr,
-                         any_floor: cp_model.IntVar) -> list[cp_model.IntVar]:
-    """Per building b, a literal that may be true only when b's first regular (non-LM-head) stage can hold
-    ``layers[b]`` − 1 layers: the split trims its excess one layer each from the pipeline's first regular
-    stages, so then every regular stage of b may have lost its layer (the memory bound counts ℓ_b − 1).
-    PP across: b's first regular stage has Σ_{c<b} stages − (LM-head stage before b) regular stages before it,
-    so it is trimmed only when that count is below the excess, or when some stage sits at the floor of v
-    layers (the trimming skips those and reaches further). Other modes: only when there is an excess."""
+    The split (``materialize_layers``) trims its excess e one layer per stage per pass from the pipeline's
+    first regular stages on, skipping stages at the floor of v layers (building b is at the floor when
+    layers[b] ≤ v). PP across, with R_b = b's regular stages and T_c = R_c for buildings above the floor (else
+    0): a pass reaches b only after trimming every T_c before it, and a stage of b trimmed t times leaves each
+    stage of b before it trimmed ≥ t times (or at the floor, which took more), so b's last regular stage (its
+    most-loaded, the stage time) lost t layers only if Σ_{c<b} T_c + t·R_b ≤ e, and its first only if
+    Σ_{c<b} T_c + 1 + (t − 1)·R_b ≤ e; t ≥ 2 needs a second pass (e > Σ_c T_c). pp+dp: any building's regular
+    stages may have lost one layer when the even split has an excess (positions in the groups' chains are not
+    modelled); whole pipelines trim their first stages only when the split has an excess, never stage pp − 2.
+    Returns (first, last) per building.
+    """
     model, modes = pv.model, pv.mode
-    out = []
+    total = pv.instance.job.model_spec.layers
+    max_pp = max(pv.space.pp)
+    pp_lit = modes.lit(CrossBuilding.PP) if CrossBuilding.PP in modes.values else None
+    floors, regular, trimmable = [], [], []
     for b, name in enumerate(pv.buildings):
-        lit = model.NewBoolVar(f"first_regular_stage_trimmed[{name}]")
-        model.Add(pv.stages[b] - pv.head[b] >= 1).OnlyEnforceIf(lit)
-        for mode, on in zip(modes.values, modes.lits, strict=True):
-            if mode is CrossBuilding.PP:
-                before = sum(pv.stages[c] - pv.head[c] for c in range(b)) if b else 0
-                early = model.NewBoolVar(f"first_regular_stage_within_excess[{name}]")
-                model.Add(before + 1 <= excess).OnlyEnforceIf(early)
-                model.AddBoolOr([early, any_floor]).OnlyEnforceIf([lit, on])
-            else:
-                model.Add(even_excess >= 1).OnlyEnforceIf([lit, on])
-        out.append(lit)
+        at_floor = model.NewBoolVar(f"stages_at_layer_floor[{name}]")
+        model.AddImplication(at_floor, pv.used[b])
+        model.Add(pv.layers[b] <= pv.virtual_var).OnlyEnforceIf(at_floor)
+        model.Add(pv.layers[b] >= pv.virtual_var + 1).OnlyEnforceIf([pv.used[b], at_floor.Not()])
+        stages = model.NewIntVar(0, max_pp, f"regular_stages[{name}]")
+        model.Add(stages == pv.stages[b] - pv.head[b])
+        count = model.NewIntVar(0, max_pp, f"trimmable_stages[{name}]")
+        model.Add(count == stages).OnlyEnforceIf(at_floor.Not())
+        model.Add(count == 0).OnlyEnforceIf(at_floor)
+        floors.append(at_floor)
+        regular.append(stages)
+        trimmable.append(count)
+    second_pass = model.NewBoolVar("layer_split_second_pass")
+    if pp_lit is None:
+        model.Add(second_pass == 0)
+    else:
+        model.AddImplication(second_pass, pp_lit)
+        model.Add(excess >= sum(trimmable) + 1).OnlyEnforceIf(second_pass)
+    out: tuple[list[cp_model.IntVar], list[cp_model.IntVar]] = ([], [])
+    for b, name in enumerate(pv.buildings):
+        for which, layers in (("first", out[0]), ("last", out[1])):
+            trimmed = model.NewBoolVar(f"{which}_regular_stage_trimmed[{name}]")
+            model.AddImplication(trimmed, floors[b].Not())
+            model.Add(regular[b] >= 1).OnlyEnforceIf(trimmed)
+            if which == "last":
+                model.AddImplication(trimmed, pp_across)
+            times = model.NewIntVar(0, total, f"{which}_regular_stage_trims[{name}]")
+            model.Add(times == trimmed).OnlyEnforceIf(second_pass.Not())
+            model.Add(times >= trimmed)
+            model.Add(times == 0).OnlyEnforceIf(trimmed.Not())
+            for mode, on in zip(modes.values, modes.lits, strict=True):
+                if mode is CrossBuilding.PP:
+                    stages_trims = _product(model, f"{which}_regular_stage_trims*stages[{name}]", times, regular[b],
+                                            total * max_pp)
+                    spare = 0 if which == "last" else 1 - regular[b]  # the first stage: (t − 1)·R_b + 1
+                    model.Add(sum(trimmable[:b]) + stages_trims + spare <= excess).OnlyEnforceIf([trimmed, on])
+                else:
+                    model.Add(even_excess >= 1).OnlyEnforceIf([trimmed, on])
+            held = model.NewIntVar(0, total, f"{which}_regular_stage_layers[{name}]")
+            model.Add(held == pv.layers[b] - times)
+            model.Add(held >= pv.virtual_var).OnlyEnforceIf(pv.used[b])
+            layers.append(held)
     return out
 
 
