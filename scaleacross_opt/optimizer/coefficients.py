@@ -80,6 +80,10 @@ class Coefficients:
     light_discount_us: dict[tuple[Shape, str, bool], int]
     dense_layers: int  # layers of the cheaper kinds (what light_discount_us sums over)
     model_us: dict[tuple[Shape, bool], int]  # every layer (each of its kind) + embedding/LM head, fastest building
+    # the step's compute on the busiest stage (m·t_max) is at least the whole batch's work over the cluster's
+    # throughput: B/mbs passes of U (each layer and the head at its fastest building's least time) over
+    # Σ_b N_b / (tp·cp·α_b) stage groups, α_b ≥ 1 building b's least slowdown on any of them
+    compute_floor_us: dict[Shape, int]
     head_us: dict[tuple[Shape, str], int]  # embedding + LM head fwd+bwd per micro-batch per building
     # the weight-gradient op (W) per micro-batch of one layer (its costliest kind) / of the LM head, on the
     # slowest building's GPU, rounded up (what a stage may still run after its last B)
@@ -219,6 +223,24 @@ def pairings(space: DesignSpace) -> list[bool]:
     return sorted({get_schedule(name).pairs_microbatches for name in space.schedules})
 
 
+def _compute_floor_us(instance: Instance, shape: Shape, item_s: dict[str, dict[object, float]],
+                      counts: Counter) -> int:
+    """m·t_max ≥ (B/mbs)·U·tp·cp / Σ_b (N_b/α_b), in µs rounded down: the busiest stage's compute per step.
+
+    Per micro-batch, stage s on building b runs its layers and heads in ≥ α_b × their least times on any
+    building (U sums those: every layer of each kind and the embedding/LM head), so t_max·Σ_s 1/α_b(s) ≥ U on
+    every pipeline; summed over the dp pipelines, Σ over all stage groups of tp·cp GPUs (every GPU is
+    used) gives t_max ≥ dp·U / Σ_b (N_b / (tp·cp·α_b)), and m = B / (dp·mbs). One GPU type: B·tp·cp·U / (N·mbs).
+    """
+    least = {item: min(times[item] for times in item_s.values()) for item in next(iter(item_s.values()))}
+    slowdown = {name: min((t / least[item] for item, t in times.items() if least[item] > 0), default=1.0)
+                for name, times in item_s.items()}
+    work = sum(counts[item] * t for item, t in least.items() if item != "head") + least["head"]
+    groups = sum(instance.cluster.building(name).num_gpus / slowdown[name] for name in item_s)
+    return int(instance.job.global_batch_size * shape.tp * shape.cp * work
+               / (shape.micro_batch_size * groups) * 1e6)
+
+
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
              space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], dict[bool, tuple[float, float]],
                                           OpShares, float, float]:
@@ -260,6 +282,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                           else ([], []))
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
+    compute_floor: dict[Shape, int] = {}
     layer_weight_us, head_weight_us, embedding_weight_us = {}, {}, {}
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
@@ -280,6 +303,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
         whole = dict.fromkeys(pairings(space), math.inf)
+        item_s: dict[str, dict[object, float]] = {}  # building → layer kind or "head" → least seconds
         for b in buildings:
             head = lm_head_times(model, shard, b.gpu_spec, job.precision)
             head_us[(shape, b.name)] = int((head.fwd_s + head.bwd_s) * 1e6)
@@ -310,6 +334,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                                                      for kind, t in per_kind.items()) * 1e6)
                 whole[pairs] = min(whole[pairs], sum(counts[kind] * t for kind, t in per_kind.items())
                                    + head.fwd_s + head.bwd_s)
+            item_s[b.name] = {kind: min(per_kind[kind] for per_kind in times.values()) for kind in counts}
+            item_s[b.name]["head"] = head.fwd_s + head.bwd_s
+        compute_floor[shape] = _compute_floor_us(instance, shape, item_s, counts)
         for pairs, seconds in whole.items():
             model_us[(shape, pairs)] = int(seconds * 1e6)
         act_per_kind = [activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
@@ -388,7 +415,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     return Coefficients(
         layer_us=layer_us, layer_forward_least_us=layer_forward_least_us,
         layer_backward_least_us=layer_backward_least_us, heavy_layer_us=heavy_us, light_discount_us=discount_us,
-        model_us=model_us,
+        model_us=model_us, compute_floor_us=compute_floor,
         head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us,
         embedding_weight_us=embedding_weight_us, layer_forward_us=layer_forward_us, head_forward_us=head_forward_us,
         embedding_forward_us=embedding_forward_us, act_kib_per_layer=act, moe_extra_act_kib_per_layer=moe_extra_act,

@@ -213,6 +213,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     model.Add(stages_x_t_max >= by_pairing("model_us", {(shape, None, pairs): us for (shape, pairs), us
                                                         in coeffs.model_us.items()}, None))
     compute = _product(model, "compute_us", pv.microbatches, t_max)
+    # … and the batch's work over the cluster's throughput (``Coefficients.compute_floor_us``): a constant per
+    # shape, linear in its one-hot, so the LP relaxation sees it (the products above are invisible to it, and
+    # its bound stayed near 0 until the search closed the gap)
+    model.Add(compute >= pv.shape.linear([coeffs.compute_floor_us[shape] for shape in pv.shape.values]))
 
     # Chain bounds: a stage k cannot start before micro-batch 0's forward reached it nor end before the
     # last backward left it, so T ≥ m·t_k + β·Σ_{s<k} t_s + hops to k and back, with β = 1 for 1F1B-like
