@@ -141,8 +141,9 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
     layers[b] ≤ v). PP across, with R_b = b's regular stages and T_c = R_c for buildings above the floor (else
     0): a pass reaches b only after trimming every T_c before it, and a stage of b trimmed t times leaves each
     stage of b before it trimmed ≥ t times (or at the floor, which took more), so b's last regular stage (its
-    most-loaded, the stage time) lost t layers only if Σ_{c<b} T_c + t·R_b ≤ e, and its first only if
-    Σ_{c<b} T_c + 1 + (t − 1)·R_b ≤ e; t ≥ 2 needs a second pass (e > Σ_c T_c). pp+dp: any building's regular
+    most-loaded, the stage time) lost one layer only if Σ_{c<b} T_c + R_b ≤ e and its first only if
+    Σ_{c<b} T_c + 1 ≤ e; t ≥ 2 needs a second pass (e > Σ_c T_c), after a first one everywhere: the last
+    Σ_c T_c + (t − 1)·R_b ≤ e, the first Σ_c T_c + t·R_b − 2·R_b + 1 ≤ e. pp+dp: any building's regular
     stages may have lost one layer when the even split has an excess (positions in the groups' chains are not
     modelled); whole pipelines trim their first stages only when the split has an excess, never stage pp − 2.
     Returns (first, last) per building.
@@ -180,15 +181,22 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
             if which == "last":
                 model.AddImplication(trimmed, pp_across)
             times = model.NewIntVar(0, total, f"{which}_regular_stage_trims[{name}]")
-            model.Add(times == trimmed).OnlyEnforceIf(second_pass.Not())
-            model.Add(times >= trimmed)
-            model.Add(times == 0).OnlyEnforceIf(trimmed.Not())
+            again = model.NewBoolVar(f"{which}_regular_stage_trimmed_again[{name}]")  # t ≥ 2
+            model.AddImplication(again, second_pass)
+            model.AddImplication(again, trimmed)
+            model.Add(times == trimmed).OnlyEnforceIf(again.Not())
+            model.Add(times >= 2).OnlyEnforceIf(again)
             for mode, on in zip(modes.values, modes.lits, strict=True):
                 if mode is CrossBuilding.PP:
                     stages_trims = _product(model, f"{which}_regular_stage_trims*stages[{name}]", times, regular[b],
                                             total * max_pp)
-                    spare = 0 if which == "last" else 1 - regular[b]  # the first stage: (t − 1)·R_b + 1
-                    model.Add(sum(trimmable[:b]) + stages_trims + spare <= excess).OnlyEnforceIf([trimmed, on])
+                    # pass 1: the first stage needs Σ_{c<b} T_c + 1, the last Σ_{c<b} T_c + R_b; t ≥ 2: pass 1
+                    # everywhere (Σ_c T_c), then t − 1 more on the last stage and t − 2 on every other stage of b
+                    # (the last: (t − 1)·R_b; the first: (t − 1) + (t − 2)·(R_b − 1) = t·R_b − 2·R_b + 1)
+                    spare = 0 if which == "last" else 1 - regular[b]
+                    model.Add(sum(trimmable[:b]) + stages_trims + spare <= excess).OnlyEnforceIf(
+                        [trimmed, again.Not(), on])
+                    model.Add(sum(trimmable) + stages_trims - regular[b] + spare <= excess).OnlyEnforceIf([again, on])
                 else:
                     model.Add(even_excess >= 1).OnlyEnforceIf([trimmed, on])
             held = model.NewIntVar(0, total, f"{which}_regular_stage_layers[{name}]")
