@@ -486,3 +486,56 @@ def test_a_split_described_with_a_second_pass_prices_what_the_first_pass_leaves(
     assert values["layer_excess"] == 34 and values["last_regular_stage_layers[bldg-1]"] == 6
     step_s = simulate(instance, plan).step_time_s
     assert 0.85 * step_s <= objective_us * 1e-6 <= step_s
+
+
+def _metro_plan(update: dict) -> Plan:
+    """A Llama 3 70B plan on the metro instance (ZeRO-1, one micro-batch per step slot, tuned network)."""
+    plan = {"tp": 2, "cp": 4, "ep": 1, "micro_batch_size": 1, "recompute": "none", "zero_stage": 1,
+            "dp_sync": "overlap-backward", "tp_comm_overlap": True, "network": TREE_RING_NETWORK} | update
+    return Plan.model_validate(plan)
+
+
+def test_a_first_stage_that_is_the_bottleneck_idles_while_its_last_chunk_turns(load_shipped_instance) -> None:
+    """Interleaved 1F1B, pp 2 × v 4 across the metro's two buildings, 43 layers on stage 0 and 37 + the LM head
+    on stage 1, m = 2: stage 0 is the bottleneck, and every chain bound started at a later stage, so the bound
+    charged it no idle time (0.898 s against 1.098 s simulated; the model's optimum). Between micro-batch 0's
+    forward and backward of its chunk 3 stage 0 runs one forward while that micro-batch crosses stage 1's
+    chunk 3 (9 layers and the LM head) and comes back."""
+    instance = load_shipped_instance("metro-two-buildings-llama3-70b.yaml")
+    plan = _metro_plan({"tp": 4, "cp": 2, "pp": 2, "dp": 512, "virtual_stages": 4, "schedule": "interleaved-1f1b",
+                        "placement": {"cross_building": "pp", "layers_per_stage": [43, 37], "buildings": [
+                            {"building": "dc-north", "group": 0, "dp_replicas": 512, "pp_stages": 1},
+                            {"building": "dc-south", "group": 0, "dp_replicas": 512, "pp_stages": 1}]}})
+    space = prune_space(instance, design_space(instance))
+    objective_us, us = fixed_plan_solution(instance, space, plan)
+    assert us["turn_chain_layers"] == 9
+    assert us["pipeline_us"] >= (us["m*first_stage_us"] - us["first_chunk_forward_us"] + us["turn_chain_layers*c_min"]
+                                 + us["hops_us"])
+    assert 0.85 <= objective_us * 1e-6 / simulate(instance, plan).step_time_s <= 1.0  # 0.869
+
+
+def test_the_first_chunks_sync_and_gather_carry_its_embedding_and_its_last_buckets_forward(
+        load_shipped_instance) -> None:
+    """ZB-V, DP across the metro's buildings: stage 0's first chunk holds ⌈17/2⌉ = 9 layers and the embedding
+    (1.2 layers' parameters) in two buckets. Its sync was bounded as ½ of 17 layers', and its ZeRO-1 gather
+    less the whole next forward, though bucket k is needed only k/n into it: 12 and 25 ms against the
+    estimate's 47 and 45 ms."""
+    from scaleacross_opt.cost.step import build_workload, exposed_gather_s
+
+    instance = load_shipped_instance("metro-two-buildings-llama3-70b.yaml")
+    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
+        "collective_algorithm": "pat"}, "cross_building": TREE_RING_NETWORK["cross_building"] | {
+        "collective_algorithm": "hierarchical", "load_balancing": "ecmp"}}
+    plan = _metro_plan({"pp": 4, "dp": 256, "virtual_stages": 2, "schedule": "zb-v", "network": network,
+                        "dp_bucket_params": 4_096_000_000,
+                        "placement": {"cross_building": "dp", "layers_per_stage": [17, 21, 21, 21], "buildings": [
+                            {"building": "dc-north", "group": 0, "dp_replicas": 128, "pp_stages": 4},
+                            {"building": "dc-south", "group": 0, "dp_replicas": 128, "pp_stages": 4}]}})
+    space = prune_space(instance, design_space(instance))
+    _, us = fixed_plan_solution(instance, space, plan)
+    workload = build_workload(instance, plan)
+    assert us["first_chunk_layers"] == 9 and us["first_chunk_buckets"] == workload.dp_buckets[0, 0] == 2
+    sync_s = (us["first_chunk_sync_total_us"] + us["more_buckets*latency_us"]) * 1e-6
+    assert 0.9 * workload.dp_sync_s[0, 0] <= sync_s <= workload.dp_sync_s[0, 0]  # 0.92
+    assert 0.85 * exposed_gather_s(workload) <= us["dp_gather_exposed_us"] * 1e-6 <= exposed_gather_s(workload)
+    assert us["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s

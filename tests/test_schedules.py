@@ -134,3 +134,29 @@ def test_v_tip_ends_with_its_last_micro_batchs_chunk_0_weight_gradient(name: str
                 last_w1 = max(i for i, op in enumerate(tip) if op.kind is OpKind.W and op.chunk == 1)
                 assert [(op.kind, op.microbatch, op.chunk) for op in tip[last_w1 + 1:]] == [(OpKind.W, m - 1, 0)]
     assert get_schedule("interleaved-1f1b").tip_trailing_weight_ops(4, 2, 8) is None
+
+
+def test_turn_forwards_count_what_stage_zero_runs_while_its_last_chunk_turns() -> None:
+    """Between micro-batch 0's forward and backward of stage 0's latest chunk, 1F1B runs its other warm-up
+    forwards (min(m, pp) − 1), GPipe every other forward (m − 1), interleaved 1F1B its warm-up's remainder and
+    at most one steady-state forward (2(pp − 1) with enough micro-batches); V-shaped schedules turn on stage 0
+    itself."""
+    assert [get_schedule("1f1b").turn_forwards(4, 1, m) for m in (1, 2, 4, 16)] == [0, 1, 3, 3]
+    assert [get_schedule("gpipe").turn_forwards(4, 1, m) for m in (1, 8)] == [0, 7]
+    assert [get_schedule("interleaved-1f1b").turn_forwards(2, 4, m) for m in (2, 4, 16)] == [1, 2, 2]
+    assert get_schedule("interleaved-1f1b").turn_forwards(4, 2, 16) == 6
+    assert get_schedule("zb-h1").turn_forwards(4, 1, 8) == 3
+    assert get_schedule("dualpipe").turn_forwards(4, 2, 8) == 0
+
+
+@pytest.mark.parametrize("name", schedule_names())
+def test_turn_forwards_stop_growing_where_they_are_read(name: str) -> None:
+    """``turn_forwards`` reads the order at m ≤ 2·pp (GPipe counts m − 1): the count read from the full order
+    is the same for every m of the grid, beyond the cap too."""
+    from scaleacross_opt.schedules.base import _turn_forwards
+
+    schedule = get_schedule(name)
+    for pp, v in ((2, 1), (2, 2), (3, 2), (4, 1), (4, 2), (4, 4)):
+        for m in (pp, 2 * pp, 3 * pp, 8 * pp * v, 8 * pp * v + pp):
+            if schedule.check(pp, v, m) is None:
+                assert schedule.turn_forwards(pp, v, m) == _turn_forwards(schedule, pp, v, m), (pp, v, m)

@@ -8,6 +8,7 @@ executes ``stage_ops``; both enumerate schedules through ``registry``.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import IntEnum
@@ -92,6 +93,17 @@ class PipelineSchedule(ABC):
             return None
         return len(tail)
 
+    def turn_forwards(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+        """Ops stage 0 runs between micro-batch 0's forward and its backward of stage 0's latest model chunk
+        (whose output must cross every later position and come back before that backward), when they are
+        all forwards — their count; None when other ops run between them. Read from the order at
+        m ≤ 2·pp: the warm-up before that backward stops growing there (schedules whose count keeps
+        growing with m override this)."""
+        capped = min(num_microbatches, 2 * pp)
+        if self.check(pp, virtual_stages, capped) is not None:
+            capped = num_microbatches
+        return _turn_forwards(self, pp, virtual_stages, capped)
+
     @abstractmethod
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""
@@ -104,3 +116,14 @@ class PipelineSchedule(ABC):
     @abstractmethod
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _turn_forwards(schedule: PipelineSchedule, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+    """``PipelineSchedule.turn_forwards`` read from the stage-0 order (cached: the CP-SAT model asks for every
+    (pp, m) it allows)."""
+    ops = schedule.stage_order(pp, virtual_stages, num_microbatches, 0)
+    chunk = max(range(virtual_stages), key=lambda c: schedule.chunk_stage(pp, virtual_stages, c, 0))
+    forward, backward = (ops.index(Op(kind, 0, chunk)) for kind in (OpKind.F, OpKind.B))
+    between = ops[forward + 1:backward]
+    return None if any(op.kind is not OpKind.F for op in between) else len(between)

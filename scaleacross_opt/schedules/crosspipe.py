@@ -45,8 +45,12 @@ class CrossPipeUnidirectional(PipelineSchedule):
 
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """Warm-up p−s−1 forwards, then windows of p forwards / p backwards, then the drain."""
+        return [self.stage_order(pp, virtual_stages, num_microbatches, s) for s in range(pp)]
+
+    def stage_order(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int) -> list[Op]:
+        """One stage's order alone."""
         mbs = range(num_microbatches)
-        return [one_f_one_b(forwards(mbs), backwards(mbs), pp - s - 1, block=pp) for s in range(pp)]
+        return one_f_one_b(forwards(mbs), backwards(mbs), pp - stage - 1, block=pp)
 
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """min(2p − 1, m)."""

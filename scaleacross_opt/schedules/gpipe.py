@@ -25,6 +25,10 @@ class GPipe(PipelineSchedule):
         mbs = range(num_microbatches)
         return [forwards(mbs) + backwards(mbs) for _ in range(pp)]
 
+    def turn_forwards(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """Every other forward runs between micro-batch 0's forward and backward: m − 1."""
+        return num_microbatches - 1
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """m."""
         return float(num_microbatches)

@@ -14,10 +14,10 @@ from .common import backwards, forwards, one_f_one_b
 from .registry import register
 
 
-def one_f_one_b_stage_ops(pp: int, num_microbatches: int) -> list[list[Op]]:
-    """Per-stage 1F1B order with warm-up p−s−1 (shared with ZB-H1)."""
+def one_f_one_b_stage_order(pp: int, num_microbatches: int, stage: int) -> list[Op]:
+    """Stage ``stage``'s 1F1B order with warm-up p−s−1 (shared with ZB-H1)."""
     mbs = range(num_microbatches)
-    return [one_f_one_b(forwards(mbs), backwards(mbs), pp - s - 1) for s in range(pp)]
+    return one_f_one_b(forwards(mbs), backwards(mbs), pp - stage - 1)
 
 
 @register
@@ -29,7 +29,11 @@ class OneFOneB(PipelineSchedule):
 
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """Warm-up p−s−1 forwards, steady (F, B) pairs, cool-down backwards."""
-        return one_f_one_b_stage_ops(pp, num_microbatches)
+        return [one_f_one_b_stage_order(pp, num_microbatches, s) for s in range(pp)]
+
+    def stage_order(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int) -> list[Op]:
+        """One stage's order alone."""
+        return one_f_one_b_stage_order(pp, num_microbatches, stage)
 
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """min(p, m)."""

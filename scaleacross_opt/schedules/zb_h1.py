@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from .base import Op, PipelineSchedule
 from .common import defer_weight_grads
-from .one_f_one_b import one_f_one_b_stage_ops
+from .one_f_one_b import one_f_one_b_stage_order
 from .registry import register
 
 
@@ -36,7 +36,11 @@ class ZeroBubbleH1(PipelineSchedule):
 
     def stage_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> list[list[Op]]:
         """1F1B order per stage, B split, s weight-grad ops kept pending on stage s."""
-        return [defer_weight_grads(order, s) for s, order in enumerate(one_f_one_b_stage_ops(pp, num_microbatches))]
+        return [self.stage_order(pp, virtual_stages, num_microbatches, s) for s in range(pp)]
+
+    def stage_order(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int) -> list[Op]:
+        """One stage's order alone."""
+        return defer_weight_grads(one_f_one_b_stage_order(pp, num_microbatches, stage), stage)
 
     def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """The last stage keeps p−1 W ops pending: they and its last B's own W follow that B."""

@@ -16,18 +16,24 @@ pipeline ≥ m·t_max + bubble + hops, with
   the stages before it (their F+B ≥ layers·(c_min − W)) but may leave its trailing W ops (pp of them) to
   after it: pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
+Turn at the first stage (schedules that are not V-shaped): stage 0 runs its ops in order, and between
+micro-batch 0's forward and backward of its latest chunk only a forwards (``turn_forwards``), while that
+micro-batch crosses every later stage's last chunk and comes back: pipeline ≥ m·t_0 − a·F_0 + chain + hops
+(``_add_first_stage_turn``; the chains above start at later stages, so a bottleneck first stage idled free).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
 cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the ring's
 slowest building edge (dp: the edges between consecutive used buildings; pp+dp: the best pair) at the
 connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
 steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉, hierarchical #buildings−1);
-exposed ≥ one chunk's sync (the first stage's first chunk syncs after the pipeline ends) less that chunk's
+exposed ≥ the first stage's first chunk's sync (it syncs after the pipeline ends; ⌈ℓ/v⌉ layers and the
+embedding's parameters, ``_first_chunk_steps``) less that chunk's
 last backward op (its gradient buckets are released within it; ≤ ψ·t_max / v, ψ the largest share of W, or
 of B+W where the backward is not split, in any layer's or the LM head's fwd+bwd); ZeRO-1/2 gather the
 updated weights over the same ring after the optimizer: exposed ≥ that chunk's gather less the next step's
 first forward of it (≤ φ·t_max / v, φ the largest forward share fwd ÷ (fwd+bwd) of any layer or LM head;
-the later chunks' gathers may hide behind the forwards before theirs).
+the later chunks' gathers may hide behind the forwards before theirs) — but the forward needs its bucket k of n
+k/n into it, so F/n of it hides nothing (≥ the chunk's layers at their least F, ÷ n).
 Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
 layer under ZeRO-3, else ≥ min(chunk, half the plan's bucket: Megatron's default × its bucket factor)):
 exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
@@ -270,6 +276,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
+    v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
+    for v in sorted({v for _, v in pv.schedule_chunks.values}):
+        v_chunks[v] = pv.schedule_chunks.any_of(model, f"v={v}", lambda chunks, v=v: chunks[1] == v)
+    most_layers = _most_stage_layers(pv)
+    first_layers = _first_chunk_layers_at_most(pv, v_chunks, products["v_shape"][0], most_layers)
+    # an upper bound of any forward op of the first stage: its first chunk's (the largest, with the embedding)
+    longest_forward = pv.shape.value_var(pv.model, "layer_forward_us",
+                                         [coeffs.layer_forward_us[shape] for shape in pv.shape.values])
+    first_forward = _first_chunk_op_us(pv, "forward", first_layers, longest_forward,
+                                       coeffs.embedding_forward_us, coeffs.head_forward_us)
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
     v_tip = (_v_tip_chains(pv, layer_stage_times, fastest, products["last_used"],
                            products["timed_layers"]) if pp_mode is not None and v_shaped else None)
@@ -289,6 +305,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     split_chain = None
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
+    less_weight = _new(model, "fastest_layer_less_weight_us")  # c_min − W: a layer's F + B at least
+    model.AddMaxEquality(less_weight, [0, fastest - layer_weight])
     # per recompute mode: the (least, largest) forward share of a layer's F+B+W, and whether the plan's shape has it
     forward_shares = [(least, most, pv.shape.any_of(model, f"recompute={recompute.value}",
                                                     lambda shape, r=recompute: shape.recompute == r))
@@ -334,7 +352,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             # after it, and the stages before it add their F on the first micro-batch's chain and their B on
             # the last one's: T ≥ m·t_k + Σ_{s<k} (t_s − W_s) − trailing W·W_k + hops
             if split_chain is None:
-                split_chain = _split_backward_chain(pv, coeffs, layers_before_head, fastest, layer_weight)
+                split_chain = _split_backward_chain(pv, coeffs, layers_before_head, less_weight, layer_weight)
             before_less_w, head_w = split_chain
             for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
                 counts = [schedule.trailing_weight_ops(pp, v, m) for m in pv.microbatch_values
@@ -358,26 +376,38 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
+    holds_first = [[[mode_lit, pv.used[b]] for mode_lit in whole]  # building b holds a pipeline's first stage
+                   + ([[pp_mode, products["first_used"][b]]] if pp_mode is not None else [])
+                   for b in range(len(buildings))]
+    _add_first_stage_turn(pv, coeffs, pipeline, hops, FirstStage(
+        [_product(model, f"first_stage_layers*c[{name}]", layers, c)
+         for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
+        holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
 
     zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding) if gathers is not None else []
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
-    v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
-    for v in sorted({v for _, v in pv.schedule_chunks.values}):
-        v_chunks[v] = pv.schedule_chunks.any_of(model, f"v={v}", lambda chunks, v=v: chunks[1] == v)
     sync_layers = _sync_layers(pv, products["v_shape"][0])
-    chunk_steps = _first_chunk_steps(pv, sync_layers, v_chunks)
+    chunk_layers, chunk_steps = _first_chunk_steps(pv, coeffs, sync_layers, v_chunks)
     bucket_layers = _last_bucket_layers(pv, coeffs, groups, chunk_steps)
-    spans = [("dp_sync", sync_layers, 1)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
-                                             if bucket_layers is not None else [])
+    spans = [("first_chunk_sync", chunk_steps, BUCKET_STEPS)] + ([("last_bucket", bucket_layers, BUCKET_STEPS)]
+                                                                  if bucket_layers is not None else [])
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
-    dp_total, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency, inner)
+    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
-    extra = _more_buckets_latency(pv, coeffs, groups, chunk_steps, bucket_latency)
+    extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
+    last_bucket_forward = 0  # the forward of the first chunk's last bucket: ≥ its least F ÷ its buckets
+    if buckets is not None:
+        least = [min(us for (shape, _, _), us in coeffs.layer_forward_least_us.items() if shape == s)
+                 for s in pv.shape.values]
+        chunk_forward = _product(model, "first_chunk_forward_least_us", chunk_layers,
+                                 pv.shape.value_var(model, "layer_forward_least_us", least))
+        last_bucket_forward = _new(model, "first_chunk_forward_least_per_bucket_us")
+        model.AddDivisionEquality(last_bucket_forward, chunk_forward, buckets)
     dp_exposed = _new(model, "dp_exposed_us")
     # A chunk's buckets are released within its last backward op (≤ ψ·t_max / v, ψ its largest share of a
     # layer's fwd+bwd: W's where the schedule splits the backward, B+W's where not): at most that much of its
@@ -387,15 +417,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     for splits, split_lit in ((False, unsplit), (True, unsplit.Not())):
         last_op = math.ceil(SCALE * coeffs.last_op_share[splits])
         for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
-            model.Add(SCALE * v * dp_exposed >= SCALE * (dp_total + v * extra) - last_op * t_max
+            model.Add(SCALE * v * dp_exposed >= SCALE * v * (chunk_sync + extra) - last_op * t_max
                       ).OnlyEnforceIf([v_on, split_lit])
     # where the backward is split, that last op is a W: at most the chunk's layers' and embedding's W (the LM
     # head's too with one stage)
-    first_layers = _first_chunk_layers_at_most(pv, v_chunks, products["v_shape"][0])
     first_weight = _first_chunk_op_us(pv, "weight", first_layers, layer_weight, coeffs.embedding_weight_us,
                                       coeffs.head_weight_us)
-    for v, v_on in v_chunks.items():
-        model.Add(v * dp_exposed >= dp_total + v * extra - v * first_weight).OnlyEnforceIf([v_on, unsplit.Not()])
+    model.Add(dp_exposed >= chunk_sync + extra - first_weight).OnlyEnforceIf(unsplit.Not())
     # Where no backward is split, the first stage's first chunk runs the pipeline's last op and releases its
     # last bucket as it ends: that bucket is exposed whole.
     for bucket in last_bucket:
@@ -415,15 +443,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         zero12 = model.NewBoolVar("zero_stage_1_or_2")
         model.Add(zero12 == sum(gathering))
         # … and at most its first forward: the chunk's layers' and embedding's F (the LM head's with one stage)
-        longest_forward = pv.shape.value_var(pv.model, "layer_forward_us",
-                                      [coeffs.layer_forward_us[shape] for shape in pv.shape.values])
-        first_forward = _first_chunk_op_us(pv, "forward", first_layers, longest_forward,
-                                           coeffs.embedding_forward_us, coeffs.head_forward_us)
         for v, v_on in v_chunks.items():
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total + SCALE * v * extra - forward * t_max
-                      ).OnlyEnforceIf([zero12, v_on])
-            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio) * dp_total
-                      + SCALE * v * (extra - first_forward)).OnlyEnforceIf([zero12, v_on])
+            model.Add(SCALE * v * gather_exposed >= int(SCALE * ratio * v) * chunk_sync + SCALE * v * extra
+                      - forward * t_max).OnlyEnforceIf([zero12, v_on])
+        # … less what the forward runs before it needs the last bucket: (n − 1)/n of it (bucket k is needed k/n
+        # into the forward, ``gather_windows``), so F/n ≥ (the chunk's layers at their least F) ÷ n stays exposed
+        model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * chunk_sync
+                  + SCALE * (extra - first_forward + last_bucket_forward)).OnlyEnforceIf(zero12)
         for bucket in last_bucket:
             model.Add(SCALE * gather_exposed >= int(SCALE * ratio) * bucket).OnlyEnforceIf(zero12)
 
@@ -446,9 +472,68 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                       ).OnlyEnforceIf([lit, pp_mode, *not_zero3])
     for scaled_bytes, condition in zero3_nic + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
-    pv.terms.update(compute=compute, pipeline=pipeline, dp_total=dp_total, dp_exposed=dp_exposed,
+    pv.terms.update(compute=compute, pipeline=pipeline, first_chunk_sync=chunk_sync, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+@dataclass(frozen=True)
+class FirstStage:
+    """The pipeline's first stage: ``us[b]`` ≤ its work per micro-batch when building b holds it (its layers at
+    b's cheapest layer cost), which it does under any of ``holds[b]`` (conjunctions); it holds at most
+    ``most_layers``; ``forward_us`` ≥ any of its forward ops."""
+
+    us: list[cp_model.IntVar]
+    holds: list[list[list[cp_model.IntVar]]]
+    most_layers: cp_model.IntVar
+    forward_us: cp_model.IntVar
+
+
+def _add_first_stage_turn(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model.IntVar, hops: cp_model.IntVar,
+                          first: FirstStage, fastest: cp_model.IntVar, less_weight: cp_model.IntVar,
+                          v_chunks: dict[int, cp_model.IntVar]) -> None:
+    """Stage 0 of a schedule that is not V-shaped runs its ops one after another, and between micro-batch 0's
+    forward and backward of its latest chunk it runs only a forwards (``turn_forwards``, each ≤
+    ``first.forward_us``), while that micro-batch goes through the last chunk of every later stage and back
+    (each ≥ ⌊ℓ_s/v⌋ layers, Σ_{s>0} ℓ_s ≥ L − the most a stage holds, at c_min, less W where the backward is
+    split, + the LM head's F and B) over every boundary (hops): T ≥ m·t_0 − a·F_0 + chain + hops. The other
+    chains start at the later stages, so a first stage that is the bottleneck had no idle time."""
+    model = pv.model
+    turns = [(lit, get_schedule(name), v) for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits,
+                                                                   strict=True)
+             if get_schedule(name).head_stage(2, v) != 0]
+    if not turns or max(pv.pp.values) < 2:
+        return
+    total = pv.instance.job.model_spec.layers
+    work = _new(model, "m*first_stage_us")  # stage 0's ops, all micro-batches
+    for b, building in enumerate(pv.buildings):
+        m_first = _product(model, f"m*first_stage_us[{building}]", pv.microbatches, first.us[b])
+        for condition in first.holds[b]:
+            model.Add(work >= m_first).OnlyEnforceIf(condition)
+    chain_layers = _new(model, "turn_chain_layers", total)  # Σ_{s>0} ⌊ℓ_s/v⌋, at least
+    for v in {v for _, _, v in turns}:
+        model.Add(v * chain_layers >= total - first.most_layers - (v - 1) * (pv.pp_var - 1)).OnlyEnforceIf(v_chunks[v])
+    shapes = pv.shape.values
+    head = [min(coeffs.head_us[(shape, b)] for b in pv.buildings) for shape in shapes]
+    chains = {False: _product(model, "turn_chain_layers*c_min", chain_layers, fastest) + pv.shape.linear(head),
+              True: _product(model, "turn_chain_layers*(c_min-w)", chain_layers, less_weight)
+              + pv.shape.linear([max(0, h - coeffs.head_weight_us[s]) for h, s in zip(head, shapes, strict=True)])}
+    m_in: dict[frozenset[int], cp_model.IntVar] = {}  # "m is one of these" (forced true when it is)
+    for (lit, schedule, v), (pp, pp_lit) in product(turns, zip(pv.pp.values, pv.pp.lits, strict=True)):
+        by_count: dict[int, set[int]] = {}
+        for m in pv.microbatch_values if pp > 1 else []:
+            count = schedule.turn_forwards(pp, v, m) if schedule.check(pp, v, m) is None else None
+            if count is not None:
+                by_count.setdefault(count, set()).add(m)
+        for count, ms in by_count.items():
+            key = frozenset(ms)
+            if key not in m_in:
+                m_in[key] = model.NewBoolVar(f"m_in{sorted(ms)}")
+                rest = [m for m in pv.microbatch_values if m not in ms] or [0]
+                model.AddLinearExpressionInDomain(pv.microbatches, cp_model.Domain.FromValues(rest)
+                                                  ).OnlyEnforceIf(m_in[key].Not())
+            model.Add(pipeline >= work - count * first.forward_us + chains[schedule.splits_backward] + hops
+                      ).OnlyEnforceIf([lit, pp_lit, m_in[key]])
 
 
 def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: list[cp_model.IntVar],
@@ -504,15 +589,13 @@ def _v_head_stage_wait(pv: PlanVars,
 
 
 def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head: cp_model.IntVar,
-                          fastest: cp_model.IntVar, weight: cp_model.IntVar
+                          less_weight: cp_model.IntVar, weight: cp_model.IntVar
                           ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
-    """Schedules that split the backward: (the layers before the LM-head stage × max(0, c_min − W), a lower
-    bound of their F + B on one micro-batch's chain; the LM-head stage's W per micro-batch, an upper bound:
-    head_layers·W_layer + W_head, each at its largest; ``weight``: W_layer)."""
+    """Schedules that split the backward: (the layers before the LM-head stage × ``less_weight`` = max(0, c_min −
+    W), a lower bound of their F + B on one micro-batch's chain; the LM-head stage's W per micro-batch, an upper
+    bound: head_layers·W_layer + W_head, each at its largest; ``weight``: W_layer)."""
     model = pv.model
     shapes = pv.shape.values
-    less_weight = _new(model, "fastest_layer_less_weight_us")
-    model.AddMaxEquality(less_weight, [0, fastest - weight])
     before = _product(model, "layers_before_head*(c-w)", layers_before_head, less_weight)
     head_w = _new(model, "head_stage_weight_us")
     model.Add(head_w == _product(model, "head_layers*w", pv.head_layers, weight)
@@ -916,16 +999,21 @@ def _sync_layers(pv: PlanVars, v_shape: cp_model.IntVar) -> cp_model.IntVar:
     return sync_layers
 
 
-def _first_chunk_layers_at_most(pv: PlanVars, v_chunks: dict[int, cp_model.IntVar], v_shape: cp_model.IntVar
-                                ) -> cp_model.IntVar:
+def _most_stage_layers(pv: PlanVars) -> cp_model.IntVar:
+    """The most layers any stage holds (pinned): max over the used buildings of ``layers[b]`` (the layer
+    split only trims)."""
+    most = _new(pv.model, "most_layers_per_stage", pv.instance.job.model_spec.layers)
+    pv.model.AddMaxEquality(most, _layers_if_used(pv, "layers_if_used", 0))
+    return most
+
+
+def _first_chunk_layers_at_most(pv: PlanVars, v_chunks: dict[int, cp_model.IntVar], v_shape: cp_model.IntVar,
+                                most: cp_model.IntVar) -> cp_model.IntVar:
     """⌈ℓ/v⌉ (pinned), ℓ the first stage's layers at most: ``head_layers`` where V-shaped (stage 0 is the LM-head
-    stage), else the most any used building's stages hold (the layer split only trims); its first chunk,
-    which holds the embedding, has no more layers than that."""
+    stage), else ``most`` (``_most_stage_layers``); its first chunk, which holds the embedding, has no more
+    layers than that."""
     model = pv.model
     total = pv.instance.job.model_spec.layers
-    held = _layers_if_used(pv, "layers_if_used", 0)
-    most = _new(model, "most_layers_per_stage", total)
-    model.AddMaxEquality(most, held)
     first = _new(model, "first_stage_layers_at_most", total)
     model.Add(first == pv.head_layers).OnlyEnforceIf(v_shape)
     model.Add(first == most).OnlyEnforceIf(v_shape.Not())
@@ -951,15 +1039,21 @@ def _first_chunk_op_us(pv: PlanVars, name: str, chunk_layers: cp_model.IntVar, p
     return out
 
 
-def _first_chunk_steps(pv: PlanVars, sync_layers: cp_model.IntVar, v_chunks: dict[int, cp_model.IntVar]
-                       ) -> cp_model.IntVar:
-    """BUCKET_STEPS × the layers of the first stage's first chunk (the one whose backward ends the pipeline),
-    at least: ⌊BUCKET_STEPS·ℓ/v⌋ of the ℓ layers whose gradients sync after the pipeline."""
-    top = BUCKET_STEPS * pv.instance.job.model_spec.layers
-    chunk = _new(pv.model, "first_chunk_layers_steps", top)
+def _first_chunk_steps(pv: PlanVars, coeffs: Coefficients, sync_layers: cp_model.IntVar,
+                       v_chunks: dict[int, cp_model.IntVar]) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """The first stage's first chunk (the one whose backward ends the pipeline): (its layers, at least ⌈ℓ/v⌉
+    of the ℓ whose gradients sync after the pipeline (``chunk_layer_kinds`` gives the first chunks the extra
+    layers); BUCKET_STEPS × its parameters in layers, at least: those layers and the embedding it holds
+    (``stage_params``: V·h/tp, over the synced parameters of one layer, rounded down))."""
+    model, spec = pv.model, pv.instance.job.model_spec
+    layers = _new(model, "first_chunk_layers", spec.layers)
     for v, v_on in v_chunks.items():
-        pv.model.Add(v * chunk >= BUCKET_STEPS * sync_layers - (v - 1)).OnlyEnforceIf(v_on)
-    return chunk
+        model.Add(v * layers >= sync_layers).OnlyEnforceIf(v_on)
+    embedding = [int(BUCKET_STEPS * spec.vocab_size * spec.hidden_size / shape.tp
+                     / coeffs.synced_params_per_layer[shape]) for shape in pv.shape.values]
+    steps = _new(model, "first_chunk_param_steps", BUCKET_STEPS * spec.layers + max(embedding))
+    model.Add(steps == BUCKET_STEPS * layers + pv.shape.linear(embedding))
+    return layers, steps
 
 
 def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk: cp_model.IntVar
@@ -994,14 +1088,16 @@ def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, ch
     return last
 
 
-def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_steps: cp_model.IntVar,
-                          bucket_latency: cp_model.IntVar) -> cp_model.IntVar | int:
-    """(n − 1)·latency: the first chunk syncs (and ZeRO-1/2 gathers) its gradients in n buckets, each its own
-    collective (``cost.step.dp_buckets``): under ZeRO-3 one per layer, else n ≥ the chunk's parameters ÷ the
-    bucket (Megatron's default for the plan's dp·cp × the plan's factor). Dense models only (MoE models keep
-    their expert gradients in a bucket of their own: 0)."""
+def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_layers: cp_model.IntVar,
+                          chunk_steps: cp_model.IntVar, bucket_latency: cp_model.IntVar
+                          ) -> tuple[cp_model.IntVar | int, cp_model.IntVar | None]:
+    """((n − 1)·latency, n): the first chunk syncs (and ZeRO-1/2 gathers) its gradients in n buckets, each its
+    own collective (``cost.step.dp_buckets``): under ZeRO-3 one per layer, else n ≥ the chunk's parameters
+    (``chunk_steps``) ÷ the bucket (Megatron's default for the plan's dp·cp × the plan's factor). Only n ≥
+    these: a larger n only lowers the bound's F/n. Dense models only (MoE models keep their expert gradients in
+    a bucket of their own: (0, None))."""
     if coeffs.model_expert_param_mib > 0:
-        return 0
+        return 0, None
     model = pv.model
     kiloparams = [int(coeffs.synced_params_per_layer[shape] / 1000) for shape in pv.shape.values]
     per_layer = pv.shape.value_var(pv.model, "synced_kiloparams_per_layer", kiloparams)
@@ -1010,17 +1106,16 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
     sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
              for factor in pv.bucket.values for d, _ in groups}
     top = layers + max(kiloparams) * layers // min(sizes.values()) + 1
-    buckets = _new(model, "first_chunk_buckets", top)
-    model.Add(buckets >= 1)
+    buckets = model.NewIntVar(1, top, "first_chunk_buckets")
     zero3 = [pv.zero.lit(3)] if 3 in pv.zero.values else []
     for lit in zero3:
-        model.Add(BUCKET_STEPS * buckets >= chunk_steps).OnlyEnforceIf(lit)
+        model.Add(buckets >= chunk_layers).OnlyEnforceIf(lit)
     for (factor, d), size in sizes.items():
         model.Add(BUCKET_STEPS * size * buckets >= chunk_kiloparams).OnlyEnforceIf(
             [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
     more = _new(model, "first_chunk_more_buckets", top)
     model.Add(more == buckets - 1)
-    return _product(model, "more_buckets*latency_us", more, bucket_latency)
+    return _product(model, "more_buckets*latency_us", more, bucket_latency), buckets
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],

@@ -127,7 +127,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     stage_layers, timed_layers = _regular_stage_layers(pv, excess, even_slots - even + pv.head_layers - total_layers,
                                                        pp_across)
     return {"layer_slots": layer_slots, "head_slots": head_slots, "layer_excess": [excess], "layers_pp": layers_pp,
-            "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "last_used": ends["last"],
+            "group_head": group_head, "only_head": only_heads, "v_shape": [v_shape], "first_used": ends["first"],
+            "last_used": ends["last"],
             "moe_only_stage": _moe_only_stages(pv), "stage_layers": stage_layers,
             "timed_layers": timed_layers}
 
