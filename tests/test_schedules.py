@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from scaleacross_opt.schedules import OpKind, get_schedule, schedule_names
@@ -160,3 +162,23 @@ def test_turn_forwards_stop_growing_where_they_are_read(name: str) -> None:
         for m in (pp, 2 * pp, 3 * pp, 8 * pp * v, 8 * pp * v + pp):
             if schedule.check(pp, v, m) is None:
                 assert schedule.turn_forwards(pp, v, m) == _turn_forwards(schedule, pp, v, m), (pp, v, m)
+
+
+@pytest.mark.parametrize("name", schedule_names())
+def test_no_stage_holds_less_than_its_share_of_the_worst_stages_activations(name: str) -> None:
+    """The CP-SAT memory bound charges building b's first regular stage worst·(pp − K)/pp micro-batches in
+    flight, K the stages before it (pp across), and at least the least-loaded stage's claim; both hold for
+    ``stage_in_flight``, what the validator charges: every stage s of a schedule that is not V-shaped holds at
+    least worst·(pp − s)/pp, and none less than the claim (V-shaped ones charge only that)."""
+    from scaleacross_opt.cost.memory import stage_in_flight
+
+    schedule = get_schedule(name)
+    for pp, v, m in itertools.product((2, 3, 4, 8), (1, 2, 4), (1, 2, 3, 4, 8, 32)):
+        m *= pp
+        if schedule.check(pp, v, m) is not None:
+            continue
+        held = stage_in_flight(name, pp, v, m)
+        worst = schedule.in_flight_microbatches(pp, v, m)
+        assert min(held) >= schedule.least_in_flight_microbatches(pp, v, m) * (1 - 1e-9), (pp, v, m, held)
+        if schedule.head_stage(pp, v) != 0:
+            assert all(x >= worst * (pp - s) / pp * (1 - 1e-9) for s, x in enumerate(held)), (pp, v, m, held)

@@ -63,6 +63,10 @@ class ZeroBubbleV(PipelineSchedule):
         """p (2p half-stage chunks), like 1F1B."""
         return float(pp)
 
+    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
+        """(p + 1)/2: stage 0 with m = p micro-batches (every stage holds p from m = 2p on)."""
+        return (pp + 1) / 2
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; exact for p ≤ 4)."""
         return (pp - 1) / (6 * num_microbatches)

@@ -7,7 +7,10 @@ static = ℓ·params(shape)·bytes(zero)      (weights/grads/optimizer not shard
        + ℓ·pp·S[zero]                     (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
 activations = in_flight · (ℓ·A[shape] + μ·A_extra[shape]).
 Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). Two such stages are bounded:
-- one of ℓ_b layers at the worst stage's in-flight, with μ ≥ ℓ_b − D (D: the model's dense layers);
+- b's first regular stage, with μ ≥ ℓ_b − D (D: the model's dense layers), in flight at least the least-loaded
+  stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp, K_b the stages before b's (pp across;
+  else 0): no stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved
+  ones more; ``stage_in_flight``; V-shaped schedules' first regular stage is stage 1, which may hold less);
 - where b holds ≥ D + 2 stages, one of no dense layer (``cpsat.placement._moe_only_stages``):
   ℓ = μ ≥ ℓ_b − 1 at the least-loaded stage's in-flight, without the sharded part.
 Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ...spec import CrossBuilding
 from ..coefficients import Coefficients
 from .degrees import IN_FLIGHT_SCALE, InFlight
 from .variables import PlanVars
@@ -34,7 +38,8 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
 
 
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
-                           stage_layers: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar]) -> None:
+                           stage_layers: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar],
+                           v_shape: cp_model.IntVar) -> None:
     """Post per-building memory constraints: one product per factor, not one constraint per (shape, ZeRO
     stage) pair. Units: activations KiB × IN_FLIGHT_SCALE, whole state kilobytes (thousands of params ×
     bytes), sharded state 1/1024 KiB."""
@@ -61,8 +66,22 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                                      [a + x for a, x in zip(act_weights, extra_act_weights, strict=True)])
         moe_params = pv.shape.value_var(model, "moe_kiloparams_per_layer",
                                         [p + x for p, x in zip(param_weights, extra_param_weights, strict=True)])
+    pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
+    worst_pp = _product(model, "in_flight*pp", in_flight.worst, pv.pp_var, in_flight.worst_max * max_pp)
     for b, building in enumerate(pv.instance.cluster.buildings):
         name = building.name
+        # in flight on b's first regular stage: pp·flight ≥ worst·(pp − K_b), K_b the stages before b's
+        before = model.NewIntVar(0, max_pp, f"stages_before[{name}]")
+        if pp_mode is not None:
+            model.Add(before == sum(pv.stages[:b])).OnlyEnforceIf(pp_mode)
+            model.Add(before == 0).OnlyEnforceIf(pp_mode.Not())
+        else:
+            model.Add(before == 0)
+        flight = model.NewIntVar(0, in_flight.worst_max, f"first_stage_in_flight_x100[{name}]")
+        model.Add(flight >= in_flight.least)
+        model.Add(_product(model, f"first_stage_in_flight*pp[{name}]", flight, pv.pp_var, in_flight.worst_max * max_pp)
+                  >= worst_pp - _product(model, f"in_flight*stages_before[{name}]", in_flight.worst, before,
+                                         in_flight.worst_max * max_pp)).OnlyEnforceIf(v_shape.Not())
         # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
         # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
         # sum inside int64 at the largest inputs, and admits the same plans.
@@ -84,12 +103,12 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
         stage_layers_pp = _product(model, f"stage_layers*pp[{name}]", stage_layers[b], pv.pp_var, max_pp * layers)
         sharded = _product(model, f"sharded_kib_x1024[{name}]", stage_layers_pp, sharded_per,
                            min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
-        total = held("layers", stage_layers[b], act_per_layer, kiloparams, in_flight.worst, in_flight.worst_max)
+        total = held("layers", stage_layers[b], act_per_layer, kiloparams, flight, in_flight.worst_max)
         total += IN_FLIGHT_SCALE * sharded
         if moe_only_stage:
             least_moe = model.NewIntVar(0, layers, f"moe_layers[{name}]")  # μ ≥ ℓ_b − D (its least value binds)
             model.Add(least_moe >= stage_layers[b] - coeffs.dense_layers)
-            total += held("moe_extra", least_moe, extra_act, extra_params, in_flight.worst, in_flight.worst_max)
+            total += held("moe_extra", least_moe, extra_act, extra_params, flight, in_flight.worst_max)
             moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # ≥ ℓ_b − 1
             model.Add(moe_stage >= pv.layers[b] - 1)
             moe_total = held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)

@@ -45,6 +45,7 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from itertools import product
@@ -505,11 +506,11 @@ def _add_first_stage_turn(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model
     if not turns or max(pv.pp.values) < 2:
         return
     total = pv.instance.job.model_spec.layers
-    work = _new(model, "m*first_stage_us")  # stage 0's ops, all micro-batches
-    for b, building in enumerate(pv.buildings):
-        m_first = _product(model, f"m*first_stage_us[{building}]", pv.microbatches, first.us[b])
+    first_us = _new(model, "first_stage_us")  # stage 0's ops, one micro-batch
+    for b in range(len(pv.buildings)):
         for condition in first.holds[b]:
-            model.Add(work >= m_first).OnlyEnforceIf(condition)
+            model.Add(first_us >= first.us[b]).OnlyEnforceIf(condition)
+    work = _product(model, "m*first_stage_us", pv.microbatches, first_us)
     chain_layers = _new(model, "turn_chain_layers", total)  # Σ_{s>0} ⌊ℓ_s/v⌋, at least
     for v in {v for _, _, v in turns}:
         model.Add(v * chain_layers >= total - first.most_layers - (v - 1) * (pv.pp_var - 1)).OnlyEnforceIf(v_chunks[v])
@@ -518,22 +519,25 @@ def _add_first_stage_turn(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model
     chains = {False: _product(model, "turn_chain_layers*c_min", chain_layers, fastest) + pv.shape.linear(head),
               True: _product(model, "turn_chain_layers*(c_min-w)", chain_layers, less_weight)
               + pv.shape.linear([max(0, h - coeffs.head_weight_us[s]) for h, s in zip(head, shapes, strict=True)])}
-    m_in: dict[frozenset[int], cp_model.IntVar] = {}  # "m is one of these" (forced true when it is)
+    at_most: dict[int, cp_model.IntVar] = {}  # "m ≤ k" (forced true when it is)
     for (lit, schedule, v), (pp, pp_lit) in product(turns, zip(pv.pp.values, pv.pp.lits, strict=True)):
-        by_count: dict[int, set[int]] = {}
-        for m in pv.microbatch_values if pp > 1 else []:
-            count = schedule.turn_forwards(pp, v, m) if schedule.check(pp, v, m) is None else None
-            if count is not None:
-                by_count.setdefault(count, set()).add(m)
-        for count, ms in by_count.items():
-            key = frozenset(ms)
-            if key not in m_in:
-                m_in[key] = model.NewBoolVar(f"m_in{sorted(ms)}")
-                rest = [m for m in pv.microbatch_values if m not in ms] or [0]
-                model.AddLinearExpressionInDomain(pv.microbatches, cp_model.Domain.FromValues(rest)
-                                                  ).OnlyEnforceIf(m_in[key].Not())
+        allowed = [m for m in pv.microbatch_values if pp > 1 and schedule.check(pp, v, m) is None]
+        found = [schedule.turn_forwards(pp, v, m) for m in allowed]
+        if not found or None in found:
+            continue
+        # the most forwards any m up to k may run holds while m ≤ k (a literal per k where that count grows)
+        counts = list(itertools.accumulate(found, max))
+        for i, (m, count) in enumerate(zip(allowed, counts, strict=True)):
+            condition = [lit, pp_lit]
+            if i + 1 < len(counts):
+                if counts[i + 1] == count:
+                    continue
+                if m not in at_most:
+                    at_most[m] = model.NewBoolVar(f"m<={m}")
+                    model.Add(pv.microbatches >= m + 1).OnlyEnforceIf(at_most[m].Not())
+                condition.append(at_most[m])
             model.Add(pipeline >= work - count * first.forward_us + chains[schedule.splits_backward] + hops
-                      ).OnlyEnforceIf([lit, pp_lit, m_in[key]])
+                      ).OnlyEnforceIf(condition)
 
 
 def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: list[cp_model.IntVar],
