@@ -45,15 +45,15 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from itertools import product
+from itertools import accumulate, product
 
 from ortools.sat.python import cp_model
 
 from ...catalog import coefficients as co
 from ...cost.layout import nvlink_domain
+from ...cost.memory import embedding_params
 from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
@@ -526,7 +526,7 @@ def _add_first_stage_turn(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model
         if not found or None in found:
             continue
         # the most forwards any m up to k may run holds while m ≤ k (a literal per k where that count grows)
-        counts = list(itertools.accumulate(found, max))
+        counts = list(accumulate(found, max))
         for i, (m, count) in enumerate(zip(allowed, counts, strict=True)):
             condition = [lit, pp_lit]
             if i + 1 < len(counts):
@@ -1053,8 +1053,8 @@ def _first_chunk_steps(pv: PlanVars, coeffs: Coefficients, sync_layers: cp_model
     layers = _new(model, "first_chunk_layers", spec.layers)
     for v, v_on in v_chunks.items():
         model.Add(v * layers >= sync_layers).OnlyEnforceIf(v_on)
-    embedding = [int(BUCKET_STEPS * spec.vocab_size * spec.hidden_size / shape.tp
-                     / coeffs.synced_params_per_layer[shape]) for shape in pv.shape.values]
+    embedding = [int(BUCKET_STEPS * embedding_params(spec, shape.tp) / coeffs.synced_params_per_layer[shape])
+                 for shape in pv.shape.values]
     steps = _new(model, "first_chunk_param_steps", BUCKET_STEPS * spec.layers + max(embedding))
     model.Add(steps == BUCKET_STEPS * layers + pv.shape.linear(embedding))
     return layers, steps
