@@ -255,3 +255,33 @@ def test_pp_dp_checks_name_the_group_and_the_odd_building(models_dir) -> None:
     assert "group 0's pipeline buildings hold different replica counts [1, 2]" in problems[
         "placement.buildings[1].dp_replicas"]
     assert "stages of group 1's pipeline add up to 1" in problems["placement.buildings[2].pp_stages"]
+
+
+def test_search_simulates_once_plans_that_differ_only_in_settings_that_cannot_matter(models_dir) -> None:
+    """With PP across buildings no collective crosses, so the cross-building collective algorithm is moot: the
+    search simulates one of two such twins (their simulated steps are equal) and returns its result for both."""
+    from scaleacross_opt.optimizer.refine import _Search
+    from scaleacross_opt.spec import CollectiveAlgorithm
+
+    instance = tiny_instance(models_dir, pp_degrees=[2], virtual_stages=[1], recompute=["none"],
+                             collective_algorithms=["ring", "tree"], loss_recovery=["selective_repeat"])
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    plan = next(p for p in enumerate_plans(instance, space)
+                if not validate_plan(p, instance) and p.placement.cross_building.value == "pp")
+    cross = plan.network.cross_building
+    ring, tree = CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE
+    other = tree if cross.collective_algorithm is ring else ring
+    twin = plan.model_copy(update={"network": plan.network.model_copy(
+        update={"cross_building": cross.model_copy(update={"collective_algorithm": other})})})
+    assert not validate_plan(twin, instance)
+    assert simulate(instance, twin).step_time_s == simulate(instance, plan).step_time_s
+    calls = []
+
+    def counting(inst, p, _deadline):
+        calls.append(p)
+        return simulate(inst, p)
+
+    search = _Search(pv, counting, deadline=1e18, seed=0, threads=1, progress=None)
+    first, second = search.evaluate(plan), search.evaluate(twin)
+    assert second is first and len(calls) == 1
