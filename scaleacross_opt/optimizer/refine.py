@@ -208,7 +208,8 @@ class _Search:
         keep the best; ``event`` names it in a progress line (local-search plans report improvements).
         None: the plan could not be simulated before the deadline, which has not passed (not cut off).
         A plan that differs from a simulated one only in settings that cannot matter returns that one's result."""
-        plan, own_assignment = self._canonical(plan)
+        if assignment is None:  # a round's candidate comes with its assignment, already in the model's form
+            plan, assignment = self._canonical(plan)
         key = plan.model_dump_json()
         if key in self.evaluated:
             return self.evaluated[key]
@@ -223,7 +224,6 @@ class _Search:
         finally:
             self.stats.simulate_wall_s += time.perf_counter() - t0
         self.stats.candidates_simulated += 1
-        assignment = assignment or own_assignment
         if assignment is not None:
             add_nogood(self.pv, assignment)
         candidate = self.evaluated[key] = Candidate(plan, bound_s, report)
