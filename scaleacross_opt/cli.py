@@ -385,7 +385,7 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 @click.option("--top-k", type=click.IntRange(min=1), default=8, show_default=True,
               help="Candidates simulated per refinement round.")
 @click.option("--threads", type=click.IntRange(1, 256), default=None,
-              help="CP-SAT workers per round (default 8; the CPUs the solve may use).")
+              help="CP-SAT workers per round (default 4; the CPUs the solve may use).")
 @_json_opt
 @click.option("--out", "out_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write the plan here (feeds simulate --plan).")
@@ -446,7 +446,7 @@ def _method_list(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="Random seed of the planner and of the random searches.")
 @click.option("--threads", type=click.IntRange(1, 256), default=None,
-              help="The planner's CP-SAT workers per round (default 8).")
+              help="The planner's CP-SAT workers per round (default 4).")
 @_json_opt
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), callback=_writable_path,
               help="Write a PNG of stacked step-time breakdown bars per method here.")

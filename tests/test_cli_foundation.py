@@ -28,6 +28,15 @@ def test_help_lists_every_command(run_cli) -> None:
         assert command in result.stdout
 
 
+@pytest.mark.parametrize("command", ["solve", "compare"])
+def test_threads_help_states_the_real_default(command: str, run_cli) -> None:
+    from scaleacross_opt.optimizer.refine import DEFAULT_THREADS
+
+    result = run_cli([command, "--help"])
+    assert result.exit_code == 0
+    assert f"(default {DEFAULT_THREADS}" in " ".join(result.stdout.split())
+
+
 @pytest.mark.parametrize("kind", ["instance", "plan", "model"])
 def test_schema_prints_json(kind: str, run_cli) -> None:
     result = run_cli(["schema", kind])
