@@ -25,7 +25,8 @@ DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes p
 cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the ring's
 slowest building edge (dp: the edges between consecutive used buildings; pp+dp: the best pair) at the
 connections the ring holds (flat: one NVLink domain's, hierarchical: the larger end's GPUs) + latency
-steps over the n = dp·cp ranks of a DP group (ring n−1, tree/pat ⌈log2 n⌉, hierarchical #buildings−1);
+steps over the n = dp·cp ranks of a DP group (ring n−1, pat ⌈log2 n⌉, tree ⌈log2 n⌉ for ZeRO-0's all-reduce
+but n−1 for ZeRO-1..3's reduce-scatter, which runs as a ring, hierarchical #buildings−1);
 exposed ≥ the first stage's first chunk's sync (it syncs after the pipeline ends; ⌈ℓ/v⌉ layers and the
 embedding's parameters, ``_first_chunk_steps``) less that chunk's
 last backward op (its gradient buckets are released within it; ≤ ψ·t_max / v, ψ the largest share of W, or
@@ -1146,13 +1147,18 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
     model.AddBoolOr([lit.Not() for lit in several]).OnlyEnforceIf(all_several.Not())
     whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)
                    if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
-    # Latency steps of the reduce-scatter inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉.
+    # Latency steps of the sync inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉ — but a
+    # reduce-scatter (ZeRO ≥ 1) runs the ring where the tree is chosen (``_tree_runs_ring``).
+    tree_ring = _tree_runs_ring(pv)
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
         for d, d_lit in groups:
-            steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else math.ceil(math.log2(max(d, 2)))
+            log_steps = math.ceil(math.log2(max(d, 2)))
+            steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else log_steps
             for mode_lit in whole_group:
-                model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf([alg_lit, d_lit, mode_lit,
-                                                                                      all_several])
+                when = [alg_lit, d_lit, mode_lit, all_several]
+                model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf(when)
+                if algorithm is CollectiveAlgorithm.TREE and tree_ring is not None and d - 1 > log_steps:
+                    model.Add(intra_latency >= (d - 1) * coeffs.intra_hop_us).OnlyEnforceIf([*when, *tree_ring])
     crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
                 if mode in pv.mode.values]
     crosses = bool(crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
@@ -1169,17 +1175,30 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
         model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
     model.Add(bucket_latency >= intra_latency)
     return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
-                       bucket_latency if i == 0 else None, inner) for i, span in enumerate(spans)]
+                       bucket_latency if i == 0 else None, inner, tree_ring) for i, span in enumerate(spans)]
+
+
+def _tree_runs_ring(pv: PlanVars) -> list[cp_model.IntVar] | None:
+    """When the DP sync is a reduce-scatter (ZeRO-1..3), which NCCL runs as a ring even where the tree
+    algorithm is chosen (``cost.collectives.flat_collective_s``: the tree is an all-reduce algorithm), so its
+    latency steps grow as n − 1: the enforcement literals of that case ([] always, None never)."""
+    scatter = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero >= 1]
+    if not scatter:
+        return None
+    if len(scatter) == len(pv.zero.values):
+        return []
+    return [pv.zero.any_of(pv.model, "dp_sync_is_reduce_scatter", lambda zero: zero >= 1)]
 
 
 def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple[str, cp_model.IntVar, int],
                per_layer: cp_model.IntVar, intra_latency: cp_model.IntVar, all_several: cp_model.IntVar,
                whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
                edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]],
-               bucket_latency: cp_model.IntVar | None, inner: InnerRing | None) -> cp_model.IntVar:
+               bucket_latency: cp_model.IntVar | None, inner: InnerRing | None,
+               tree_ring: list[cp_model.IntVar] | None) -> cp_model.IntVar:
     """One span of ``_add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
     building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm; the
-    crossing's latency also bounds ``bucket_latency`` below (when given)."""
+    crossing's latency also bounds ``bucket_latency`` below (when given). ``tree_ring``: ``_tree_runs_ring``."""
     model = pv.model
     name, layers, per = span
     total = _new(model, f"{name}_total_us")
@@ -1220,12 +1239,18 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
                     if bucket_latency is not None:  # the inner rings' latency and the outer ring's
                         model.Add(bucket_latency >= intra_latency + hop * outer).OnlyEnforceIf(when)
                     continue
+                ring_too = algorithm is CollectiveAlgorithm.TREE and tree_ring is not None
                 for d, d_lit in groups:
-                    latency = hop * ((d - 1) if steps == "linear" else math.ceil(math.log2(max(d, 2))))
-                    model.Add(SCALE * per * cross >= int(SCALE * ring_factor(d)) * flat_layers_us
-                              + SCALE * per * latency).OnlyEnforceIf([*when, d_lit])
-                    if bucket_latency is not None:
-                        model.Add(bucket_latency >= min(latency, HORIZON_US)).OnlyEnforceIf([*when, d_lit])
+                    log_steps = math.ceil(math.log2(max(d, 2)))
+                    cases = [((d - 1) if steps == "linear" else log_steps, [])]
+                    if ring_too and d - 1 > log_steps:
+                        cases.append((d - 1, tree_ring))
+                    for count, also in cases:
+                        latency = hop * count
+                        model.Add(SCALE * per * cross >= int(SCALE * ring_factor(d)) * flat_layers_us
+                                  + SCALE * per * latency).OnlyEnforceIf([*when, d_lit, *also])
+                        if bucket_latency is not None:
+                            model.Add(bucket_latency >= min(latency, HORIZON_US)).OnlyEnforceIf([*when, d_lit, *also])
     model.Add(total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:
