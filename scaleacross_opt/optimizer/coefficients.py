@@ -140,6 +140,7 @@ class Coefficients:
     # NVLink domain's connections
     pair_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]
     pair_flat_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]
+    pair_hop_us: dict[tuple[int, int], int]  # one-way latency of the route between buildings i < j
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -408,6 +409,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     pair_route_us = {t: per_pair(t, lambda a, b: max(instance.cluster.building(x).num_gpus for x in (a, b)))
                      for t in cross_transports}
     pair_flat_us = {t: per_pair(t, lambda a, b: domain) for t in cross_transports}
+    pair_hop = {(i, j): _clamp_us(instance.cluster.route(a, b).latency_us)
+                for i, a in enumerate(names) for j, b in enumerate(names[i + 1:], start=i + 1)}
     clamp = _clamp_us
     cross_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in cross_us.items()}
     intra_us = {t: min(x, CLAMP_US_PER_MIB) for t, x in intra_us.items()}
@@ -437,7 +440,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         model_param_mib=sum(layer_params(model, kind, 1, 1).dense for kind in layer_kinds(model)) / MIB,
         model_expert_param_mib=sum(layer_params(model, kind, 1, 1).expert for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
-        pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us,
+        pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us, pair_hop_us=pair_hop,
     )
 
 

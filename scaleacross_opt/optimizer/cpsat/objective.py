@@ -38,9 +38,10 @@ k/n into it, so F/n of it hides nothing (≥ the chunk's layers at their least F
 Dense models: the same terms over the first chunk's last gradient bucket (``_last_bucket_layers``: ≥ one
 layer under ZeRO-3, else ≥ min(chunk, half the plan's bucket: Megatron's default × its bucket factor)):
 exposed ≥ it where no backward is split (the chunk releases it as the pipeline's last op ends), and
-ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the next step's first op); each
-of the first chunk's n buckets pays the collective's latency, so its sync and gather carry (n − 1) more
-(``_more_buckets_latency``: n ≥ the chunk's parameters ÷ the bucket, or its layers under ZeRO-3).
+ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the next step's first op).
+Every model: each of the first chunk's n buckets pays the collective's latency, so its sync and gather carry
+(n − 1) more (``_more_buckets_latency``: n ≥ the chunk's parameters synced over all dp·cp ranks ÷ the bucket,
+or its layers under ZeRO-3).
 step ≥ pipeline + exposed DP + optimizer + exposed gather.
 """
 
@@ -137,9 +138,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             head_only.append(flag)
 
     successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
+    ring_hop = _ring_hop_us(pv, coeffs, successors)
     groups = _dp_group_sizes(pv)
     inner = _inner_ring(pv, groups)
-    gathers = _zero3_gathers(pv, coeffs, successors, groups, inner) if 3 in pv.zero.values else None
+    gathers = _zero3_gathers(pv, coeffs, successors, ring_hop, groups, inner) if 3 in pv.zero.values else None
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
     paired = None
@@ -398,7 +400,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
-    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, successors, groups, spans, bucket_latency, inner)
+    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, successors, ring_hop, groups, spans, bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -693,7 +695,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
 
 
 def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                   groups: DpGroups, inner: InnerRing | None) -> _Zero3Gathers:
+                   ring_hop: cp_model.IntVar, groups: DpGroups, inner: InnerRing | None) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
     (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
@@ -705,7 +707,8 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
       hierarchical runs as ring inside a building);
     - DP across buildings (dp, pp+dp; cheapest kind only): the layer's non-expert weights over the ring's
       slowest building edge (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or
-      the larger end's GPUs (hierarchical), × (n−1)/n (flat) or ½, plus the route's latency per step."""
+      the larger end's GPUs (hierarchical), × (n−1)/n (flat) or ½, plus per step the latency of the shortest
+      route (hierarchical) or of the ring's slowest hop (flat, ``_ring_hop_us``)."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
     sharding = _sharding_choice(pv)
@@ -769,7 +772,10 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[in
                 flat = a is not CollectiveAlgorithm.HIERARCHICAL
                 for d, d_lit in groups:
                     factor = ring_factor(d) / 2 if flat else 0.5
-                    latency = min(RHS_CAP // 2, SCALE * 2 * _gather_steps(a, d) * coeffs.cross_hop_us[t])
+                    steps = SCALE * 2 * _gather_steps(a, d)
+                    latency = min(RHS_CAP // 2, steps * coeffs.cross_hop_us[t])
+                    if flat and steps * _upper(ring_hop) <= RHS_CAP // 2:
+                        latency = steps * ring_hop
                     for mode_lit in crossing:
                         model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
                                   ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
@@ -962,6 +968,20 @@ def _ring_successors(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
     return successors
 
 
+def _ring_hop_us(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar]
+                 ) -> cp_model.IntVar:
+    """One-way latency (µs) of a flat DP ring's step across buildings: the slowest route of the ring over its
+    buildings, the wrap-around included (``cost.step.span_levels``), so at least the shortest route's and, in
+    dp mode, that of every edge between consecutive used buildings (``_ring_successors``)."""
+    hops = coeffs.pair_hop_us or {(0, 0): 0}
+    hop = pv.model.NewIntVar(min(hops.values()), max(hops.values()), "dp_ring_hop_us")
+    if successors:
+        dp_mode = pv.mode.lit(CrossBuilding.DP)
+        for (i, j), lit in successors.items():
+            pv.model.Add(hop >= hops[(min(i, j), max(i, j))]).OnlyEnforceIf([lit, dp_mode])
+    return hop
+
+
 def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: dict[tuple[int, int], float],
                                name: str, successors: dict[tuple[int, int], cp_model.IntVar],
                                cap: int | None = None) -> cp_model.IntVar:
@@ -1099,10 +1119,10 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
     """((n − 1)·latency, n): the first chunk syncs (and ZeRO-1/2 gathers) its gradients in n buckets, each its
     own collective (``cost.step.dp_buckets``): under ZeRO-3 one per layer, else n ≥ the chunk's parameters
     (``chunk_steps``) ÷ the bucket (Megatron's default for the plan's dp·cp × the plan's factor). Only n ≥
-    these: a larger n only lowers the bound's F/n. Dense models only (MoE models keep their expert gradients in
-    a bucket of their own: (0, None))."""
-    if coeffs.model_expert_param_mib > 0:
-        return 0, None
+    these: a larger n only lowers the bound's F/n. MoE models keep their expert gradients in buckets of their
+    own (``cost.step.dp_buckets``), over a group of dp·cp/ep ranks whose steps may be fewer: n counts the
+    buckets of the gradients that sync over all dp·cp ranks (the experts' too where ep = 1, ``synced_params_per
+    _layer``), and is not returned (the F/n bound needs every bucket: (latency, None))."""
     model = pv.model
     kiloparams = [int(coeffs.synced_params_per_layer[shape] / 1000) for shape in pv.shape.values]
     per_layer = pv.shape.value_var(pv.model, "synced_kiloparams_per_layer", kiloparams)
@@ -1120,12 +1140,13 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
             [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
     more = _new(model, "first_chunk_more_buckets", top)
     model.Add(more == buckets - 1)
-    return _product(model, "more_buckets*latency_us", more, bucket_latency), buckets
+    return (_product(model, "more_buckets*latency_us", more, bucket_latency),
+            buckets if coeffs.model_expert_param_mib == 0 else None)
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
-                 groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar,
-                 inner: InnerRing | None) -> list[cp_model.IntVar]:
+                 ring_hop: cp_model.IntVar, groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]],
+                 bucket_latency: cp_model.IntVar, inner: InnerRing | None) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
     stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
     ``bucket_latency`` is bounded below by)."""
@@ -1175,7 +1196,7 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
         model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
     model.Add(bucket_latency >= intra_latency)
     return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
-                       bucket_latency if i == 0 else None, inner, tree_ring) for i, span in enumerate(spans)]
+                       bucket_latency if i == 0 else None, inner, tree_ring, ring_hop) for i, span in enumerate(spans)]
 
 
 def _tree_runs_ring(pv: PlanVars) -> list[cp_model.IntVar] | None:
@@ -1195,10 +1216,11 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
                whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
                edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]],
                bucket_latency: cp_model.IntVar | None, inner: InnerRing | None,
-               tree_ring: list[cp_model.IntVar] | None) -> cp_model.IntVar:
+               tree_ring: list[cp_model.IntVar] | None, ring_hop: cp_model.IntVar) -> cp_model.IntVar:
     """One span of ``_add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
     building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm; the
-    crossing's latency also bounds ``bucket_latency`` below (when given). ``tree_ring``: ``_tree_runs_ring``."""
+    crossing's latency also bounds ``bucket_latency`` below (when given). ``tree_ring``: ``_tree_runs_ring``;
+    ``ring_hop``: ``_ring_hop_us``, a flat algorithm's latency per step."""
     model = pv.model
     name, layers, per = span
     total = _new(model, f"{name}_total_us")
@@ -1246,11 +1268,13 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
                     if ring_too and d - 1 > log_steps:
                         cases.append((d - 1, tree_ring))
                     for count, also in cases:
-                        latency = hop * count
+                        # the ring's slowest hop per step where that stays within the horizon, else the shortest
+                        latency = (count * ring_hop if count * _upper(ring_hop) <= HORIZON_US // 2
+                                   else min(hop * count, HORIZON_US))
                         model.Add(SCALE * per * cross >= int(SCALE * ring_factor(d)) * flat_layers_us
                                   + SCALE * per * latency).OnlyEnforceIf([*when, d_lit, *also])
                         if bucket_latency is not None:
-                            model.Add(bucket_latency >= min(latency, HORIZON_US)).OnlyEnforceIf([*when, d_lit, *also])
+                            model.Add(bucket_latency >= latency).OnlyEnforceIf([*when, d_lit, *also])
     model.Add(total >= cross)
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
     if hierarchical in pv.cross_algorithm.values:
