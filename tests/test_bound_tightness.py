@@ -82,6 +82,25 @@ def test_moe_bounds_charge_the_all_to_all_to_schedules_that_do_not_hide_it(load_
     assert statistics.median(ratios) >= 0.85  # 0.67 while every layer was priced as DualPipe hides it
 
 
+def test_a_stage_past_the_dense_layers_is_priced_at_its_moe_layers(load_shipped_instance) -> None:
+    """DeepSeek-V3's three dense layers sit on the first stages, so a building's last regular stage holds MoE
+    layers only: the bound prices it at all of them (it took one off), so it reaches the closed form's
+    m × slowest stage (11.93 s) on the DualPipe plan `solve` returns (11.57 s before)."""
+    from scaleacross_opt.cost.step import estimate
+
+    instance = load_shipped_instance("moe-deepseek-v3-h800.yaml")
+    plan = Plan.model_validate({
+        "tp": 1, "cp": 1, "pp": 16, "dp": 128, "ep": 16, "virtual_stages": 2, "micro_batch_size": 1,
+        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "network": TREE_RING_NETWORK,
+        "placement": {"cross_building": "pp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
+            {"building": "bldg-a", "dp_replicas": 128, "pp_stages": 8},
+            {"building": "bldg-b", "dp_replicas": 128, "pp_stages": 8}]}})
+    parts = estimate(instance, plan).breakdown
+    slowest_stage_x_m = sum(parts[k] for k in ("compute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s"))
+    bound = plan_bound_s(instance, plan)
+    assert 0.99 * slowest_stage_x_m <= bound <= 1.01 * simulate(instance, plan).step_time_s
+
+
 def test_zero3_gathers_shard_experts_over_the_expert_data_parallel_group() -> None:
     """Non-expert weights are gathered over the dp·cp ranks, experts over dp·cp/ep: when ep = dp·cp every
     rank holds its experts whole and gathers none of them (charging them would break the lower bound)."""

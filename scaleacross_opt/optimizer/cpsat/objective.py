@@ -201,8 +201,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["timed_layers"][b], per_layer)
             t_b = stage_us - discount
             if label == "heavy_layer" and products["moe_only_stage"]:
-                # some regular stage here holds only MoE layers, layers[b] or one less: no discount
-                model.Add(t_reg >= stage_us - per_layer).OnlyEnforceIf([pv.used[b], products["moe_only_stage"][b]])
+                # its last regular stage (the one ``timed_layers`` counts) holds only MoE layers: no discount
+                model.Add(t_reg >= stage_us).OnlyEnforceIf([pv.used[b], products["moe_only_stage"][b]])
             if label == "layer":
                 per_layer_times.append(per_layer)
                 layer_stage_times.append(stage_us)  # the cheapest kind takes no discount

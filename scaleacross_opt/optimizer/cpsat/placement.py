@@ -209,9 +209,10 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
 
 def _moe_only_stages(pv: PlanVars) -> list[cp_model.IntVar]:
     """Per building, for models with leading dense layers before MoE layers: a literal true exactly when the
-    building holds ≥ D + 2 stages (D dense layers): the dense layers touch at most D stages and one stage
-    may be the LM-head stage, so some regular stage there holds MoE layers only (``layers[b]`` or one
-    less). Empty for models of one kind."""
+    building holds ≥ D + 2 stages (D dense layers). The dense layers are the model's first D positions,
+    which every schedule places on chunk 0 of stages 0..D − 1 (each chunk holds ≥ 1 layer), and one stage
+    may be the LM-head stage, so the building's last regular stage (index ≥ D, the one ``timed_layers``
+    counts) holds MoE layers only. Empty for models of one kind."""
     dense = layer_kinds(pv.instance.job.model_spec).count(LayerKind.DENSE)
     if pv.instance.job.model_spec.moe is None or dense == 0:
         return []
