@@ -350,6 +350,24 @@ def test_flat_rings_over_a_chain_of_buildings_pay_its_slowest_hop_per_step(load_
     assert min(ratios) >= 0.3  # 0.38–0.64
 
 
+def test_a_dp_ring_out_of_cluster_order_is_not_bounded_as_one_in_order(load_shipped_instance) -> None:
+    """The model's DP ring visits the used buildings in cluster order (``_ring_successors``); a plan listing them
+    in another order rings differently (its slowest hop can be shorter: a-b-d-c on the chain, 260 µs, not 360),
+    so it maps to no assignment (simulated, not bounded) instead of taking the in-order ring's bound."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    rng = random.Random(0)
+    plan = None
+    while plan is None or plan.placement.cross_building != "dp" or len(plan.placement.buildings) < 3:
+        plan = random_plan(instance, space, rng)
+    assert plan_assignment(pv, plan) is not None
+    shares = plan.placement.buildings
+    swapped = plan.model_copy(update={"placement": plan.placement.model_copy(
+        update={"buildings": [*shares[:-2], shares[-1], shares[-2]]})})
+    assert plan_assignment(pv, swapped) is None
+
+
 def test_moe_gradient_buckets_each_pay_the_dp_rings_latency(load_shipped_instance) -> None:
     """An MoE model's dense gradients sync in ⌈params ÷ bucket⌉ buckets over all dp·cp ranks, each paying the
     ring's latency; the bound counted one (single-stage DP-across plans on the chain: 0.40 → 0.55)."""
@@ -357,6 +375,39 @@ def test_moe_gradient_buckets_each_pay_the_dp_rings_latency(load_shipped_instanc
         plan.placement.cross_building == "dp" and plan.zero_stage < 3 and plan.pp == 1))
     assert max(ratios) <= 1.01
     assert min(ratios) >= 0.5
+
+
+def test_a_dp_group_inside_one_nvlink_domain_pays_nvlinks_latency_per_step(load_shipped_instance) -> None:
+    """tp 2, dp 4, PP across two buildings: each stage's DP group is 4 GPUs of one 8-GPU NVLink domain, so each
+    reduce-scatter step costs NVLink's 3 µs (``cost.step.span_levels``), not the fabric's 11 µs the bound
+    charged: the model must admit the plan with its intra-building sync latency at the cost model's."""
+    from ortools.sat.python import cp_model
+
+    from scaleacross_opt.catalog import coefficients as co
+    from scaleacross_opt.plan_defaults import fill_defaults
+    from scaleacross_opt.validation.plan_checks import validate_plan
+
+    small = load_shipped_instance("small-two-buildings-llama3-8b.yaml")
+    instance = small.model_copy(update={"search": small.search.model_copy(update={"pp_degrees": [16]})})
+    space = prune_space(instance, design_space(instance))
+    plan = fill_defaults(instance, Plan.model_validate({
+        "tp": 2, "cp": 1, "pp": 16, "dp": 4, "virtual_stages": 1, "micro_batch_size": 1, "schedule": "1f1b",
+        "recompute": "selective", "zero_stage": 1, "tp_comm_overlap": space.tp_comm_overlap,
+        "network": {"intra_building": space.intra_network[0].model_dump(),  # a ring
+                    "cross_building": space.cross_network[0].model_dump()},
+        "placement": {"cross_building": "pp", "buildings": [
+            {"building": "bldg-a", "dp_replicas": 4, "pp_stages": 8},
+            {"building": "bldg-b", "dp_replicas": 4, "pp_stages": 8}]}}))
+    assert not validate_plan(plan, instance)
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    for index, value in plan_assignment(pv, plan).items():
+        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
+    latency = next(pv.model.get_int_var_from_proto_index(i) for i, var in enumerate(pv.model.Proto().variables)
+                   if var.name == "dp_intra_latency_us")
+    pv.model.Add(latency <= int(3 * co.NVLINK_LATENCY_US))  # 3 ring steps
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.Solve(pv.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def test_zero3_gathers_stretch_the_forward_and_the_backward_apart(load_shipped_instance) -> None:

@@ -212,8 +212,8 @@ def plan_assignment(pv: PlanVars, plan: Plan) -> dict[int, int] | None:
         values[pv.layers[b].Index()] = max_layers.get(name, 0)
     values[pv.head_layers.Index()] = layers[head_stage]
     in_cluster_order = sorted(plan.placement.buildings, key=lambda share: pv.buildings.index(share.building))
-    if [s.building for s in in_cluster_order] != order and plan.placement.cross_building is CrossBuilding.PP_DP:
-        return None  # the model chains a group's buildings in cluster order
+    if [s.building for s in in_cluster_order] != order and mode in (CrossBuilding.PP_DP, CrossBuilding.DP):
+        return None  # the model chains a group's buildings, and a DP ring's, in cluster order
     group_of = {group: g for g, group in enumerate(dict.fromkeys(share.group for share in in_cluster_order))}
     for b, name in enumerate(pv.buildings):
         share = shares.get(name)

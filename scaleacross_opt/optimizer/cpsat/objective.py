@@ -1169,17 +1169,21 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
     whole_group = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)
                    if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     # Latency steps of the sync inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉ — but a
-    # reduce-scatter (ZeRO ≥ 1) runs the ring where the tree is chosen (``_tree_runs_ring``).
+    # reduce-scatter (ZeRO ≥ 1) runs the ring where the tree is chosen (``_tree_runs_ring``). Each step pays
+    # the fabric's hop where the group cannot fit one NVLink domain, else NVLink's (``cost.step.span_levels``:
+    # the farthest level the group crosses).
     tree_ring = _tree_runs_ring(pv)
+    domain = max(nvlink_domain(building) for building in buildings)
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
         for d, d_lit in groups:
+            hop = coeffs.intra_hop_us if d > domain else min(coeffs.intra_hop_us, int(co.NVLINK_LATENCY_US))
             log_steps = math.ceil(math.log2(max(d, 2)))
             steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else log_steps
             for mode_lit in whole_group:
                 when = [alg_lit, d_lit, mode_lit, all_several]
-                model.Add(intra_latency >= steps * coeffs.intra_hop_us).OnlyEnforceIf(when)
+                model.Add(intra_latency >= steps * hop).OnlyEnforceIf(when)
                 if algorithm is CollectiveAlgorithm.TREE and tree_ring is not None and d - 1 > log_steps:
-                    model.Add(intra_latency >= (d - 1) * coeffs.intra_hop_us).OnlyEnforceIf([*when, *tree_ring])
+                    model.Add(intra_latency >= (d - 1) * hop).OnlyEnforceIf([*when, *tree_ring])
     crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
                 if mode in pv.mode.values]
     crosses = bool(crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
