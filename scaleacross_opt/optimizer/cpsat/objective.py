@@ -1170,17 +1170,21 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
                    if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
     # Latency steps of the sync inside a building (whole DP group there): ring n−1, else ⌈log2 n⌉ — but a
     # reduce-scatter (ZeRO ≥ 1) runs the ring where the tree is chosen (``_tree_runs_ring``). Each step pays
-    # the fabric's hop where the group cannot fit one NVLink domain, else NVLink's (``cost.step.span_levels``:
-    # the farthest level the group crosses).
+    # the fabric's hop where the group's tp·n GPUs exceed every NVLink domain, else NVLink's
+    # (``cost.step.span_levels``: the farthest level the group crosses).
     tree_ring = _tree_runs_ring(pv)
     domain = max(nvlink_domain(building) for building in buildings)
+    nvlink_hop = min(coeffs.intra_hop_us, int(co.NVLINK_LATENCY_US))
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
         for d, d_lit in groups:
-            hop = coeffs.intra_hop_us if d > domain else min(coeffs.intra_hop_us, int(co.NVLINK_LATENCY_US))
+            by_tp = [(coeffs.intra_hop_us if d * tp > domain else nvlink_hop, [tp_lit])
+                     for tp, tp_lit in zip(pv.tp.values, pv.tp.lits, strict=True)]
+            if len({hop for hop, _ in by_tp}) == 1:  # the same for every tp: one bound, unconditional
+                by_tp = [(by_tp[0][0], [])]
             log_steps = math.ceil(math.log2(max(d, 2)))
             steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else log_steps
-            for mode_lit in whole_group:
-                when = [alg_lit, d_lit, mode_lit, all_several]
+            for mode_lit, (hop, tp_when) in product(whole_group, by_tp):
+                when = [alg_lit, d_lit, mode_lit, all_several, *tp_when]
                 model.Add(intra_latency >= steps * hop).OnlyEnforceIf(when)
                 if algorithm is CollectiveAlgorithm.TREE and tree_ring is not None and d - 1 > log_steps:
                     model.Add(intra_latency >= (d - 1) * hop).OnlyEnforceIf([*when, *tree_ring])
