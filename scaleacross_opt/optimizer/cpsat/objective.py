@@ -1181,13 +1181,10 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
                      for tp, tp_lit in zip(pv.tp.values, pv.tp.lits, strict=True)]
             if len({hop for hop, _ in by_tp}) == 1:  # the same for every tp: one bound, unconditional
                 by_tp = [(by_tp[0][0], [])]
-            log_steps = math.ceil(math.log2(max(d, 2)))
-            steps = (d - 1) if algorithm is CollectiveAlgorithm.RING else log_steps
-            for mode_lit, (hop, tp_when) in product(whole_group, by_tp):
-                when = [alg_lit, d_lit, mode_lit, all_several, *tp_when]
-                model.Add(intra_latency >= steps * hop).OnlyEnforceIf(when)
-                if algorithm is CollectiveAlgorithm.TREE and tree_ring is not None and d - 1 > log_steps:
-                    model.Add(intra_latency >= (d - 1) * hop).OnlyEnforceIf([*when, *tree_ring])
+            cases = _sync_steps(algorithm, algorithm is CollectiveAlgorithm.RING, d, tree_ring)
+            for mode_lit, (hop, tp_when), (steps, also) in product(whole_group, by_tp, cases):
+                model.Add(intra_latency >= steps * hop).OnlyEnforceIf(
+                    [alg_lit, d_lit, mode_lit, all_several, *tp_when, *also])
     crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
                 if mode in pv.mode.values]
     crosses = bool(crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
@@ -1205,6 +1202,17 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int,
     model.Add(bucket_latency >= intra_latency)
     return [_span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
                        bucket_latency if i == 0 else None, inner, tree_ring, ring_hop) for i, span in enumerate(spans)]
+
+
+def _sync_steps(algorithm: CollectiveAlgorithm, linear: bool, d: int, tree_ring: list[cp_model.IntVar] | None
+                ) -> list[tuple[int, list[cp_model.IntVar]]]:
+    """Latency steps of a DP sync over d ranks, each with the literals it also needs: n − 1 where they grow
+    ``linear``-ly (the ring), else ⌈log2 n⌉ — and n − 1 under ``tree_ring`` for the tree (``_tree_runs_ring``)."""
+    log_steps = math.ceil(math.log2(max(d, 2)))
+    cases = [((d - 1) if linear else log_steps, [])]
+    if algorithm is CollectiveAlgorithm.TREE and tree_ring is not None and d - 1 > log_steps:
+        cases.append((d - 1, tree_ring))
+    return cases
 
 
 def _tree_runs_ring(pv: PlanVars) -> list[cp_model.IntVar] | None:
@@ -1269,13 +1277,8 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
                     if bucket_latency is not None:  # the inner rings' latency and the outer ring's
                         model.Add(bucket_latency >= intra_latency + hop * outer).OnlyEnforceIf(when)
                     continue
-                ring_too = algorithm is CollectiveAlgorithm.TREE and tree_ring is not None
                 for d, d_lit in groups:
-                    log_steps = math.ceil(math.log2(max(d, 2)))
-                    cases = [((d - 1) if steps == "linear" else log_steps, [])]
-                    if ring_too and d - 1 > log_steps:
-                        cases.append((d - 1, tree_ring))
-                    for count, also in cases:
+                    for count, also in _sync_steps(algorithm, steps == "linear", d, tree_ring):
                         # the ring's slowest hop per step where that stays within the horizon, else the shortest
                         latency = (count * ring_hop if count * _upper(ring_hop) <= HORIZON_US // 2
                                    else min(hop * count, HORIZON_US))
