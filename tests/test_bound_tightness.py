@@ -82,6 +82,16 @@ def test_moe_bounds_charge_the_all_to_all_to_schedules_that_do_not_hide_it(load_
     assert statistics.median(ratios) >= 0.85  # 0.67 while every layer was priced as DualPipe hides it
 
 
+def _deepseek_dualpipe_plan() -> Plan:
+    """DualPipe pp16 (8 stages per building) × EP16, ZeRO-1, on the MoE instance (``solve``'s answer)."""
+    return Plan.model_validate({
+        "tp": 1, "cp": 1, "pp": 16, "dp": 128, "ep": 16, "virtual_stages": 2, "micro_batch_size": 1,
+        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "network": TREE_RING_NETWORK,
+        "placement": {"cross_building": "pp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
+            {"building": "bldg-a", "dp_replicas": 128, "pp_stages": 8},
+            {"building": "bldg-b", "dp_replicas": 128, "pp_stages": 8}]}})
+
+
 def test_a_stage_past_the_dense_layers_is_priced_at_its_moe_layers(load_shipped_instance) -> None:
     """DeepSeek-V3's three dense layers sit on the first stages, so a building's last regular stage holds MoE
     layers only: the bound prices it at all of them (it took one off), so it reaches the closed form's
@@ -89,12 +99,7 @@ def test_a_stage_past_the_dense_layers_is_priced_at_its_moe_layers(load_shipped_
     from scaleacross_opt.cost.step import estimate
 
     instance = load_shipped_instance("moe-deepseek-v3-h800.yaml")
-    plan = Plan.model_validate({
-        "tp": 1, "cp": 1, "pp": 16, "dp": 128, "ep": 16, "virtual_stages": 2, "micro_batch_size": 1,
-        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "network": TREE_RING_NETWORK,
-        "placement": {"cross_building": "pp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
-            {"building": "bldg-a", "dp_replicas": 128, "pp_stages": 8},
-            {"building": "bldg-b", "dp_replicas": 128, "pp_stages": 8}]}})
+    plan = _deepseek_dualpipe_plan()
     parts = estimate(instance, plan).breakdown
     slowest_stage_x_m = sum(parts[k] for k in ("compute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s"))
     bound = plan_bound_s(instance, plan)
@@ -231,10 +236,12 @@ def test_dp_across_counts_the_experts_crossing_with_their_own_group(load_shipped
 # layer's weights and activations, and ZeRO-3 gathers of experts at the NICs of eight DP members per node
 # (their group is at stride tp·ep, one member per node here).
 MOE_OVER_CAPACITY = (
-    {"tp": 1, "pp": 2, "dp": 1024, "ep": 8, "virtual_stages": 2, "zero_stage": 3,
+    # 123 GiB without recompute (81.7 GiB with selective recompute, which the bound admits: it leaves out the
+    # ZeRO-3 gather buffers, and FP8 keeps the linear layers' inputs at 1 byte)
+    {"tp": 1, "pp": 2, "dp": 1024, "ep": 8, "virtual_stages": 2, "zero_stage": 3, "recompute": "none",
      "placement": {"cross_building": "dp", "layers_per_stage": [30, 31], "buildings": [
          {"building": "bldg-a", "dp_replicas": 512, "pp_stages": 2},
-         {"building": "bldg-b", "dp_replicas": 512, "pp_stages": 2}]}},  # 81.7 GiB
+         {"building": "bldg-b", "dp_replicas": 512, "pp_stages": 2}]}},
     {"tp": 1, "pp": 16, "dp": 128, "ep": 8, "virtual_stages": 2, "zero_stage": 1,
      "placement": {"cross_building": "dp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
          {"building": "bldg-a", "dp_replicas": 64, "pp_stages": 16},
@@ -259,7 +266,7 @@ def test_moe_memory_bound_counts_moe_layers_and_admits_what_fits(load_shipped_in
     for fields in MOE_OVER_CAPACITY:
         plan = fill_defaults(instance, Plan.model_validate({
             "cp": 1, "micro_batch_size": 1, "schedule": "dualpipe", "recompute": "selective",
-            "tp_comm_overlap": space.tp_comm_overlap, "network": network, **fields}))
+            "tp_comm_overlap": space.tp_comm_overlap, "network": network} | fields))
         assert validate_plan(plan, instance), "the plan fits: pick one over capacity"
         assignment = plan_assignment(pv, plan)
         assert assignment is not None
@@ -660,3 +667,37 @@ def test_a_later_buildings_first_stage_holds_only_its_own_stages_in_flight(load_
     _, us = fixed_plan_solution(instance, space, plan)
     assert us["first_stage_in_flight_x100[bldg-b]"] <= 800 < us["in_flight_x100"]
     assert us["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+
+
+def test_a_split_whose_b200_stages_hold_less_than_the_head_stage_is_admitted(load_shipped_instance) -> None:
+    """GPipe pp20 on the hetero instance: 16 H100 stages of 6–7 layers, 3 B200 stages of 5 and the LM-head
+    stage of 7. B200's ℓ must hold the head's 7, so the split trims its excess of 46 in three passes; the
+    model capped the excess at pp − 2 = 18 (one pass) and so excluded this valid plan (no bound, no cut)."""
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    network = {"intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"},
+               "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": "hierarchical"}}
+    plan = Plan.model_validate({
+        "tp": 4, "cp": 4, "pp": 20, "dp": 32, "ep": 1, "virtual_stages": 1, "micro_batch_size": 4,
+        "schedule": "gpipe", "recompute": "full", "zero_stage": 3, "tp_comm_overlap": True, "network": network,
+        "placement": {"cross_building": "pp", "layers_per_stage": [6] * 8 + [7] * 8 + [5, 5, 5, 7], "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 32, "pp_stages": 16},
+            {"building": "bldg-b200", "dp_replicas": 32, "pp_stages": 4}]}})
+    space = prune_space(instance, design_space(instance))
+    _, values = fixed_plan_solution(instance, space, plan)  # asserts OPTIMAL: infeasible fails
+    assert values["layer_split_second_pass"] == 1
+    assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s  # 15.06 s against 19.85 s
+
+
+def test_fp8_activations_are_bounded_at_their_one_byte_linear_inputs(load_shipped_instance) -> None:
+    """DeepSeek-V3 (an FP8 job), DualPipe pp16 EP16 across the two buildings: 78.2 GiB of 80, a stage of four
+    MoE layers. The model's activation coefficients ignored the job's precision (bf16 copies of the linear
+    layers' inputs, 1.25 GiB per MoE layer against FP8's 0.84), so charging that stage its four MoE layers
+    made this plan, which fits, infeasible in the model."""
+    from scaleacross_opt.cost.memory import memory_per_gpu
+
+    instance = load_shipped_instance("moe-deepseek-v3-h800.yaml")
+    plan = _deepseek_dualpipe_plan()
+    memory = memory_per_gpu(instance, plan)
+    assert 0.95 * memory.capacity_gib <= memory.total_gib <= memory.capacity_gib
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["moe_stage_layers[bldg-b]"] == 4

@@ -28,6 +28,18 @@ def test_help_lists_every_command(run_cli) -> None:
         assert command in result.stdout
 
 
+def test_the_package_runs_as_a_module() -> None:
+    """``python -m scaleacross_opt`` is the same command (``python -m scaleacross_opt.cli`` used to die on a
+    circular import)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "scaleacross_opt", "--help"], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: scaleacross-opt") and "solve" in result.stdout
+
+
 @pytest.mark.parametrize("command", ["solve", "compare"])
 def test_threads_help_states_the_real_default(command: str, run_cli) -> None:
     from scaleacross_opt.optimizer.refine import DEFAULT_THREADS

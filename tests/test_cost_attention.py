@@ -11,7 +11,7 @@ from scaleacross_opt.cost.compute import LayerKind, Shard, layer_kinds, layer_ti
 from scaleacross_opt.cost.memory import activation_bytes_per_layer, embedding_params, layer_params
 from scaleacross_opt.io import MODELS_DIR
 from scaleacross_opt.io import load_model as load_model_file
-from scaleacross_opt.spec import ModelSpec
+from scaleacross_opt.spec import ModelSpec, Precision
 from scaleacross_opt.spec.plan import Recompute
 from scaleacross_opt.validation import physical_floor
 
@@ -62,8 +62,8 @@ def test_mla_down_projections_stay_whole_under_tp() -> None:
 def test_mla_selective_recompute_trades_stored_qkv_for_up_projection_time() -> None:
     model = load_model("deepseek-v3")
     shard = Shard(seq_len=4096, micro_batch=1)
-    kept = activation_bytes_per_layer(model, LayerKind.MOE, 4096, 1, 1, 1, Recompute.NONE)
-    recomputed = activation_bytes_per_layer(model, LayerKind.MOE, 4096, 1, 1, 1, Recompute.SELECTIVE)
+    kept, recomputed = (activation_bytes_per_layer(model, LayerKind.MOE, 4096, 1, 1, 1, recompute, Precision.BF16)
+                        for recompute in (Recompute.NONE, Recompute.SELECTIVE))
     block = attention_block(model)
     qkv_bytes = 2 * (block.score_width + block.k_width + block.v_width) * 4096
     latents_bf16 = 2 * sum(block.latent_widths) * 4096

@@ -99,7 +99,7 @@ def activation_bytes_per_layer(
     tp: int,
     cp: int,
     recompute: Recompute,
-    precision: Precision = Precision.BF16,
+    precision: Precision,
 ) -> float:
     """Stored activation bytes of one layer for one micro-batch on one GPU (TP with SP, CP).
 

@@ -341,7 +341,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         for pairs, seconds in whole.items():
             model_us[(shape, pairs)] = int(seconds * 1e6)
         act_per_kind = [activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
-                                                   shape.cp, shape.recompute) / KIB for k in kinds]
+                                                   shape.cp, shape.recompute, job.precision) / KIB for k in kinds]
         act[shape] = min(act_per_kind)
         moe_extra_act[shape] = act_per_kind[0] - min(act_per_kind)  # an MoE layer's beyond the cheapest kind's
         held_per_kind = [sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds]

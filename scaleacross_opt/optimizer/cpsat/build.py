@@ -21,8 +21,8 @@ def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) ->
     pv = create_variables(model, instance, space)
     in_flight = add_degree_constraints(pv)
     products = add_placement_constraints(pv)
-    add_memory_constraints(pv, coeffs, in_flight, products["stage_layers"], products["moe_only_stage"],
-                           products["v_shape"][0])
+    add_memory_constraints(pv, coeffs, in_flight, products["stage_layers"], products["timed_layers"],
+                           products["moe_only_stage"], products["v_shape"][0])
     step = add_objective(pv, coeffs, products)
     fix_irrelevant_choices(pv)
     model.Minimize(step)

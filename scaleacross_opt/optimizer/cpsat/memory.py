@@ -11,8 +11,10 @@ Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). 
   stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp, K_b the stages before b's (pp across;
   else 0): no stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved
   ones more; ``stage_in_flight``; V-shaped schedules' first regular stage is stage 1, which may hold less);
-- where b holds ≥ D + 2 stages, one of no dense layer (``cpsat.placement._moe_only_stages``):
-  ℓ = μ ≥ ℓ_b − 1 at the least-loaded stage's in-flight, without the sharded part.
+- where b holds ≥ D + 2 stages, its last regular stage holds no dense layer (``cpsat.placement._moe_only_stages``):
+  ℓ = μ ≥ what the split's trimming leaves there (``cpsat.placement``'s bound: ℓ_b in whole pipelines, which
+  never trim it; ℓ_b − 1, or less where the split takes several passes, under PP across) at the least-loaded
+  stage's in-flight, without the sharded part.
 Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
 independent validator checks every returned plan with the exact memory model and the refinement
 loop cuts off plans that do not fit.
@@ -38,8 +40,8 @@ def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model
 
 
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
-                           stage_layers: list[cp_model.IntVar], moe_only_stage: list[cp_model.IntVar],
-                           v_shape: cp_model.IntVar) -> None:
+                           stage_layers: list[cp_model.IntVar], last_stage_layers: list[cp_model.IntVar],
+                           moe_only_stage: list[cp_model.IntVar], v_shape: cp_model.IntVar) -> None:
     """Post per-building memory constraints: one product per factor, not one constraint per (shape, ZeRO
     stage) pair. Units: activations KiB × IN_FLIGHT_SCALE, whole state kilobytes (thousands of params ×
     bytes), sharded state 1/1024 KiB."""
@@ -109,8 +111,8 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
             least_moe = model.NewIntVar(0, layers, f"moe_layers[{name}]")  # μ ≥ ℓ_b − D (its least value binds)
             model.Add(least_moe >= stage_layers[b] - coeffs.dense_layers)
             total += held("moe_extra", least_moe, extra_act, extra_params, flight, in_flight.worst_max)
-            moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # ≥ ℓ_b − 1
-            model.Add(moe_stage >= pv.layers[b] - 1)
+            moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # b's last regular stage
+            model.Add(moe_stage >= last_stage_layers[b])
             moe_total = held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)
             model.Add(moe_total <= limit).OnlyEnforceIf([pv.used[b], moe_only_stage[b]])
         model.Add(total <= limit).OnlyEnforceIf(pv.used[b])
