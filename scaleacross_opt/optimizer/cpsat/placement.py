@@ -9,12 +9,13 @@
   each partition has one encoding.
 Capacity: replicas·stages·tp·cp ≤ GPUs of the building. EP groups (ep of the dp·cp ranks) stay in
 a building. Layers: every stage of building b holds ``layers[b]`` less what the split trims there: the
-excess over the model's layers is trimmed one layer per stage per pass from the first stages, never below
-v layers (whole pipelines: one pass over pp − 2 stages at most; PP across: one pass over the stages above
-v, or several, e.g. B200 stages that hold fewer layers than the LM-head stage after them), except the
-stage with the LM head (the last stage; the first for V-shaped schedules), which holds ``head_layers`` ≤
+excess over the model's layers (at most pp − 2) is trimmed one layer per stage per pass from the first
+stages, never below v layers (several passes only where stages sit at that floor), except the stage with
+the LM head (the last stage; the first for V-shaped schedules), which holds ``head_layers`` ≤
 ``layers[b]``. In none/dp/pp+dp modes one split (``even`` per stage) serves every building (pp+dp groups
-may split their stages differently, so the per-stage layer list must be even).
+may split their stages differently, so the per-stage layer list must be even). Splits that need several
+passes over stages above the floor (e.g. B200 stages holding two layers fewer than the LM-head stage after
+them) are valid plans outside the model: local search reaches them, unbounded.
 """
 
 from __future__ import annotations
@@ -92,8 +93,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
     chunks = _product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * max(v for _, v in pv.schedule_chunks.values))
     model.Add(pv.head_layers + chunks - pv.virtual_var <= total_layers)
     n_used = sum(pv.used)
-    # pp: slots beyond the model's layers, trimmed (in one pass over pp − 2 stages at most, or in several)
-    excess = model.NewIntVar(0, max_pp * total_layers, "layer_excess")
+    excess = model.NewIntVar(0, max_pp, "layer_excess")  # pp: slots beyond the model's layers, trimmed (pp − 2 at most)
     for mode, lit in zip(modes.values, modes.lits, strict=True):
         if mode is CrossBuilding.NONE:
             model.Add(n_used == 1).OnlyEnforceIf(lit)
@@ -109,6 +109,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(sum(pv.stages) == pv.pp_var).OnlyEnforceIf(lit)
             held = sum(layer_slots) - sum(head_slots) + pv.head_layers
             model.Add(excess == held - total_layers).OnlyEnforceIf(lit)
+            model.Add(excess <= pv.pp_var - 2).OnlyEnforceIf(lit)
     # none / dp: (pp − 1) stages of ``even`` layers and the head stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
     even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
@@ -175,7 +176,6 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
     else:
         model.AddImplication(second_pass, pp_lit)
         model.Add(excess >= sum(trimmable) + 1).OnlyEnforceIf(second_pass)
-        model.Add(excess <= sum(trimmable)).OnlyEnforceIf([pp_lit, second_pass.Not()])
     out: tuple[list[cp_model.IntVar], list[cp_model.IntVar]] = ([], [])
     for b, name in enumerate(pv.buildings):
         for which, layers in (("first", out[0]), ("last", out[1])):
