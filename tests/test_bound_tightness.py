@@ -682,3 +682,23 @@ def test_fp8_activations_are_bounded_at_their_one_byte_linear_inputs(load_shippe
     assert 0.95 * memory.capacity_gib <= memory.total_gib <= memory.capacity_gib
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["moe_stage_layers[bldg-b]"] == 4
+
+
+def test_the_first_stages_ring_under_pp_dp_pays_the_route_between_its_groups_first_buildings(
+        load_shipped_instance) -> None:
+    """Chain A–B–C–D, groups {A, B} and {C, D}: stage 0's DP ring (2,048 ranks) joins A and C, whose route is
+    A–B–C (260 µs one way), so each of its 2,047 steps pays 260 µs. The bound charged the shortest route's
+    100 µs (pp+dp rings were not placed), 0.21 of the simulated 4.37 s; now 0.36."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
+        "collective_algorithm": "ring"}}
+    plan = Plan.model_validate({
+        "tp": 2, "cp": 4, "pp": 2, "dp": 512, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
+        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "tp_comm_overlap": True,
+        "network": network, "placement": {"cross_building": "pp+dp", "layers_per_stage": [28, 28], "buildings": [
+            {"building": name, "group": group, "dp_replicas": 256, "pp_stages": 1}
+            for name, group in (("bldg-a", 0), ("bldg-b", 0), ("bldg-c", 1), ("bldg-d", 1))]}})
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["first_stage_dp_ring_hop_us"] == 260
+    assert values["first_chunk_sync_total_us"] >= 2047 * 260
+    assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s

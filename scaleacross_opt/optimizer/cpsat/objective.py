@@ -137,8 +137,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             model.AddBoolOr([pp_dp.Not(), group_head[b].Not(), products["only_head"][b].Not(), flag])
             head_only.append(flag)
 
-    successors = _ring_successors(pv) if CrossBuilding.DP in pv.mode.values else {}
-    ring_hop = _ring_hop_us(pv, coeffs, successors)
+    successors = _ring_successors(pv)
+    ring_hop = _ring_hop_us(pv, coeffs, successors, "dp_ring_hop_us")
     groups = _dp_group_sizes(pv)
     inner = _inner_ring(pv, groups)
     gathers = _zero3_gathers(pv, coeffs, successors, ring_hop, groups, inner) if 3 in pv.zero.values else None
@@ -400,7 +400,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
-    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, successors, ring_hop, groups, spans, bucket_latency, inner)
+    # the spans are the first stage's gradients: under pp+dp its ring joins the groups' first buildings
+    sync_edges = successors + _first_stage_ring_edges(pv)
+    sync_hop = _ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us")
+    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, sync_hop, groups, spans, bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -694,7 +697,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
     return [ring(d) * dense + experts * expert for dense, expert in pairs]
 
 
-def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                    ring_hop: cp_model.IntVar, groups: DpGroups, inner: InnerRing | None) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
@@ -952,50 +955,75 @@ def _dp_group_sizes(pv: PlanVars) -> DpGroups:
     return sorted(literals.items())
 
 
-def _ring_successors(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
-    """(i, j) → a literal that is true whenever j is the next used building after i in list order
-    (cyclically): the edge i → j of a ring over the used buildings, as a DP-across ring runs."""
-    count = len(pv.used)
-    successors = {}
+RingEdges = list[tuple[tuple[int, int], list[cp_model.IntVar]]]  # (i < j, the literals that make i–j a ring edge)
+
+
+def _cyclic_successors(pv: PlanVars, members: list[cp_model.IntVar], name: str, also: list[cp_model.IntVar]
+                       ) -> RingEdges:
+    """Edges of a ring over the buildings whose ``members`` literal is true, in list order (cyclically): (i, j)
+    with a literal true whenever i and j are members and none between them (from i on) is, with ``also``."""
+    count = len(members)
+    edges = []
     for i in range(count):
         for j in range(count):
             if i == j:
                 continue
-            between = [pv.used[(i + k) % count] for k in range(1, (j - i) % count)]
-            lit = pv.model.NewBoolVar(f"ring_edge[{i}->{j}]")
-            pv.model.AddBoolOr([pv.used[i].Not(), pv.used[j].Not(), *between, lit])
-            successors[(i, j)] = lit
-    return successors
+            between = [members[(i + k) % count] for k in range(1, (j - i) % count)]
+            lit = pv.model.NewBoolVar(f"{name}_edge[{i}->{j}]")
+            pv.model.AddBoolOr([members[i].Not(), members[j].Not(), *between, lit])
+            edges.append(((min(i, j), max(i, j)), [lit, *also]))
+    return edges
 
 
-def _ring_hop_us(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar]
-                 ) -> cp_model.IntVar:
+def _ring_successors(pv: PlanVars) -> RingEdges:
+    """DP across: the edges of a ring over the used buildings in list order, as a DP-across ring runs."""
+    if CrossBuilding.DP not in pv.mode.values:
+        return []
+    return _cyclic_successors(pv, pv.used, "ring", [pv.mode.lit(CrossBuilding.DP)])
+
+
+def _first_stage_ring_edges(pv: PlanVars) -> RingEdges:
+    """pp+dp: the edges of the first stage's DP ring. A group chains its buildings in cluster order, so stage
+    0 is its first building's; the ring joins those first buildings in list order."""
+    if not pv.group_replicas:
+        return []
+    model, member = pv.model, pv.member
+    firsts = []
+    for b, name in enumerate(pv.buildings):
+        first = model.NewBoolVar(f"first_of_its_group[{name}]")  # exactly: b opens its group
+        opens = []
+        for g in range(len(pv.group_replicas)):
+            lit = model.NewBoolVar(f"opens_group[{name}][{g}]")
+            model.AddBoolAnd([member[b][g], *[member[c][g].Not() for c in range(b)]]).OnlyEnforceIf(lit)
+            model.AddBoolOr([member[b][g].Not(), *[member[c][g] for c in range(b)], lit])
+            opens.append(lit)
+        model.AddMaxEquality(first, opens)
+        firsts.append(first)
+    return _cyclic_successors(pv, firsts, "first_stage_ring", [])
+
+
+def _ring_hop_us(pv: PlanVars, coeffs: Coefficients, edges: RingEdges, name: str) -> cp_model.IntVar:
     """One-way latency (µs) of a flat DP ring's step across buildings: the slowest route of the ring over its
-    buildings, the wrap-around included (``cost.step.span_levels``), so at least the shortest route's and, in
-    dp mode, that of every edge between consecutive used buildings (``_ring_successors``)."""
+    buildings, the wrap-around included (``cost.step.span_levels``), so at least the shortest route's and that
+    of every ring edge in ``edges`` (``_ring_successors``, ``_first_stage_ring_edges``)."""
     hops = coeffs.pair_hop_us or {(0, 0): 0}
-    hop = pv.model.NewIntVar(min(hops.values()), max(hops.values()), "dp_ring_hop_us")
-    if successors:
-        dp_mode = pv.mode.lit(CrossBuilding.DP)
-        for (i, j), lit in successors.items():
-            pv.model.Add(hop >= hops[(min(i, j), max(i, j))]).OnlyEnforceIf([lit, dp_mode])
+    hop = pv.model.NewIntVar(min(hops.values()), max(hops.values()), name)
+    for pair, when in edges:
+        pv.model.Add(hop >= hops[pair]).OnlyEnforceIf(when)
     return hop
 
 
 def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: dict[tuple[int, int], float],
-                               name: str, successors: dict[tuple[int, int], cp_model.IntVar],
-                               cap: int | None = None) -> cp_model.IntVar:
+                               name: str, edges: RingEdges, cap: int | None = None) -> cp_model.IntVar:
     """``layer_mib`` over a DP ring's slowest building edge (µs), at the per-pair µs/MiB given: at least the best
-    pair's; in dp mode that of the slowest edge between consecutive used buildings (``_ring_successors``).
-    Costs are clamped at ``cap`` (default: × the model's layers stays within the horizon)."""
+    pair's, and that of every ring edge in ``edges``. Costs are clamped at ``cap`` (default: × the model's
+    layers stays within the horizon)."""
     if cap is None:
         cap = HORIZON_US // max(1, pv.instance.job.model_spec.layers)
     cost = {pair: min(cap, int(layer_mib * us)) for pair, us in pair_us_per_mib.items()}
     edge = pv.model.NewIntVar(min(cost.values()), max(cost.values()), f"slowest_edge_us_per_layer[{name}]")
-    if successors:
-        dp_mode = pv.mode.lit(CrossBuilding.DP)
-        for (i, j), lit in successors.items():
-            pv.model.Add(edge >= cost[(min(i, j), max(i, j))]).OnlyEnforceIf([lit, dp_mode])
+    for pair, when in edges:
+        pv.model.Add(edge >= cost[pair]).OnlyEnforceIf(when)
     return edge
 
 
@@ -1144,7 +1172,7 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
             buckets if coeffs.model_expert_param_mib == 0 else None)
 
 
-def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: dict[tuple[int, int], cp_model.IntVar],
+def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                  ring_hop: cp_model.IntVar, groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]],
                  bucket_latency: cp_model.IntVar, inner: InnerRing | None) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
