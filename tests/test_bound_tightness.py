@@ -684,11 +684,13 @@ def test_fp8_activations_are_bounded_at_their_one_byte_linear_inputs(load_shippe
     assert values["moe_stage_layers[bldg-b]"] == 4
 
 
-def test_the_first_stages_ring_under_pp_dp_pays_the_route_between_its_groups_first_buildings(
+def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_first_buildings(
         load_shipped_instance) -> None:
     """Chain A–B–C–D, groups {A, B} and {C, D}: stage 0's DP ring (2,048 ranks) joins A and C, whose route is
     A–B–C (260 µs one way), so each of its 2,047 steps pays 260 µs. The bound charged the shortest route's
-    100 µs (pp+dp rings were not placed), 0.21 of the simulated 4.37 s; now 0.36."""
+    100 µs (pp+dp rings were not placed), 0.21 of the simulated 4.37 s. Mixtral's expert gradients of the
+    first chunk sync in 3 buckets of their own, over the 512 expert-data-parallel ranks (EP 4): 511 steps of
+    the same ring each, which the bound left out. Both in: 0.54."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
     network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
         "collective_algorithm": "ring"}}
@@ -701,4 +703,6 @@ def test_the_first_stages_ring_under_pp_dp_pays_the_route_between_its_groups_fir
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["first_stage_dp_ring_hop_us"] == 260
     assert values["first_chunk_sync_total_us"] >= 2047 * 260
+    assert values["first_chunk_expert_buckets"] == 3
+    assert values["expert_bucket_latency_us"] == 511 * 260
     assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s

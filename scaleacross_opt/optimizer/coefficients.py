@@ -106,6 +106,9 @@ class Coefficients:
     capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
+    # expert parameters one GPU holds per MoE layer, thousands (rounded down); their gradients sync in buckets of
+    # their own over the dp·cp/ep expert-data-parallel ranks (0 for dense models)
+    expert_kiloparams_per_layer: dict[Shape, int]
     forward_share: float  # the largest fwd ÷ (fwd+bwd) of any layer kind or LM head, shape, GPU and transport
     # the (least, largest) fwd ÷ (fwd+bwd) of any layer kind, shape, GPU and transport, by the shape's recompute
     # mode (layers only, not the LM head)
@@ -288,7 +291,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
     layer_backward_least_us: dict[tuple[Shape, str, bool], int] = {}
-    zero3_nic_pair, zero3_nic_step, synced_params = {}, {}, {}
+    zero3_nic_pair, zero3_nic_step, synced_params, expert_kiloparams = {}, {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
     zero3_nic: dict[tuple[int, int], bool] = {}
@@ -356,6 +359,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                      for p in (layer_params(model, k, shape.tp, shape.ep) for k in kinds))
         grad[shape] = int(synced * co.GRAD_REDUCE_BYTES / 2 / KIB / sharing)
         synced_params[shape] = synced
+        expert_kiloparams[shape] = int(layer_params(model, LayerKind.MOE, shape.tp, shape.ep).expert / 1000
+                                       if LayerKind.MOE in kinds else 0)
         # ZeRO-3 gathers the bf16 weights before forward and again before backward, over NVLink only
         # when the whole DP group shares a node (possible only while tp·cp leaves room in the node).
         sharding = (shape.tp, shape.ep)
@@ -425,7 +430,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         kiloparams_per_layer=kiloparams, moe_extra_kiloparams_per_layer=moe_extra_kiloparams,
         unsharded_bytes_per_param={zero: _unsharded_bytes(zero) for zero in space.zero_stages},
         sharded_kib_per_layer_pp=sharded, capacity_kib=capacity, grad_kib_per_layer=grad,
-        synced_params_per_layer=synced_params,
+        synced_params_per_layer=synced_params, expert_kiloparams_per_layer=expert_kiloparams,
         forward_share=max(shares.forward_most, head_shares.forward_most), layer_forward_shares=layer_forward,
         # ZeRO-3's exposed gathers add the same to fwd and B (never to W): the B+W share tends to ½ at most
         last_op_share={True: max(shares.weight_most, head_shares.weight_most),

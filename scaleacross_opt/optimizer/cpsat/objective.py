@@ -407,6 +407,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
+    extra += _expert_buckets_latency(pv, coeffs, groups, chunk_layers, sync_hop)
     last_bucket_forward = 0  # the forward of the first chunk's last bucket: ≥ its least F ÷ its buckets
     if buckets is not None:
         least = [min(us for (shape, _, _), us in coeffs.layer_forward_least_us.items() if shape == s)
@@ -1170,6 +1171,52 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
     model.Add(more == buckets - 1)
     return (_product(model, "more_buckets*latency_us", more, bucket_latency),
             buckets if coeffs.model_expert_param_mib == 0 else None)
+
+
+def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_layers: cp_model.IntVar,
+                            ring_hop: cp_model.IntVar) -> cp_model.IntVar | int:
+    """MoE models: the first chunk's expert gradients sync (and ZeRO-1/2 gather) in buckets of their own, each
+    its own collective over the e = dp·cp/ep expert-data-parallel ranks (``cost.step.dp_buckets``): n_e ≥ its
+    MoE layers' (≥ its layers − the model's dense ones) expert parameters ÷ the bucket (ZeRO-3: one per MoE
+    layer). Where DP crosses buildings a flat algorithm's ring over those ranks spans every used building
+    (EP groups stay in one), so each pays its steps (``_sync_steps`` over e) × the ring's slowest hop
+    (``ring_hop``): n_e·latency µs (0 elsewhere: a lower bound)."""
+    if coeffs.model_expert_param_mib == 0 or pv.cross_algorithm is None or max(pv.space.ep) == 1:
+        return 0
+    model = pv.model
+    crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
+    if not crossing:
+        return 0
+    layers = pv.instance.job.model_spec.layers
+    moe_layers = _new(model, "first_chunk_moe_layers", layers)
+    model.AddMaxEquality(moe_layers, [0, chunk_layers - coeffs.dense_layers])
+    kiloparams = [coeffs.expert_kiloparams_per_layer[shape] for shape in pv.shape.values]
+    per_layer = pv.shape.value_var(model, "expert_kiloparams_per_layer", kiloparams)
+    chunk_kiloparams = _product(model, "first_chunk_expert_kiloparams", moe_layers, per_layer)
+    sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
+             for factor in pv.bucket.values for d, _ in groups}
+    buckets = _new(model, "first_chunk_expert_buckets", layers + max(kiloparams) * layers // min(sizes.values()) + 1)
+    zero3 = [pv.zero.lit(3)] if 3 in pv.zero.values else []
+    for lit in zero3:
+        model.Add(buckets >= moe_layers).OnlyEnforceIf(lit)
+    for (factor, d), size in sizes.items():
+        model.Add(size * buckets >= chunk_kiloparams).OnlyEnforceIf(
+            [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
+    latency = _new(model, "expert_bucket_latency_us")
+    tree_ring = _tree_runs_ring(pv)
+    for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+        steps = coeffs.cross_algorithm_steps[algorithm]
+        if steps == "buildings":
+            continue
+        for (d, d_lit), (ep, ep_lit) in product(groups, zip(pv.ep.values, pv.ep.lits, strict=True)):
+            if ep == 1 or d % ep or d // ep < 2:
+                continue
+            for count, also in _sync_steps(algorithm, steps == "linear", d // ep, tree_ring):
+                if count * _upper(ring_hop) > HORIZON_US // 2:
+                    continue
+                for mode_lit in crossing:
+                    model.Add(latency >= count * ring_hop).OnlyEnforceIf([mode_lit, alg_lit, d_lit, ep_lit, *also])
+    return _product(model, "expert_buckets*latency_us", buckets, latency)
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
