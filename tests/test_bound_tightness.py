@@ -706,3 +706,23 @@ def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_fir
     assert values["first_chunk_expert_buckets"] == 3
     assert values["expert_bucket_latency_us"] == 511 * 260
     assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+
+
+def test_every_stages_ring_under_pp_dp_crosses_between_groups(load_shipped_instance) -> None:
+    """CrossPipe, ZeRO-3, pp 8 over the chain's groups {A, B} and {C, D}: each stage's DP ring joins one
+    building of each group, so its ZeRO-3 gathers cross between groups, every such route through the thin
+    B–C link (160 µs at best). The bound charged the best route of any pair (A–B: 100 µs, 2.5× the
+    bandwidth): 0.31 of the simulated 17.6 s; now 0.49."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
+        "collective_algorithm": "ring"}}
+    plan = Plan.model_validate({
+        "tp": 4, "cp": 2, "pp": 8, "dp": 128, "ep": 8, "virtual_stages": 1, "micro_batch_size": 2,
+        "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3, "tp_comm_overlap": True,
+        "network": network, "placement": {"cross_building": "pp+dp", "layers_per_stage": [7] * 8, "buildings": [
+            {"building": name, "group": group, "dp_replicas": 64, "pp_stages": 4}
+            for name, group in (("bldg-a", 0), ("bldg-b", 0), ("bldg-c", 1), ("bldg-d", 1))]}})
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["dp_ring_hop_us"] == 160
+    step_s = simulate(instance, plan).step_time_s
+    assert 0.45 * step_s <= values["step_us"] * 1e-6 <= step_s

@@ -138,10 +138,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             head_only.append(flag)
 
     successors = _ring_successors(pv)
-    ring_hop = _ring_hop_us(pv, coeffs, successors, "dp_ring_hop_us")
+    inter_group = _inter_group_pairs(pv)
+    ring_hop = _ring_hop_us(pv, coeffs, successors, "dp_ring_hop_us", inter_group)
     groups = _dp_group_sizes(pv)
     inner = _inner_ring(pv, groups)
-    gathers = _zero3_gathers(pv, coeffs, successors, ring_hop, groups, inner) if 3 in pv.zero.values else None
+    gathers = (_zero3_gathers(pv, coeffs, successors, inter_group, ring_hop, groups, inner)
+               if 3 in pv.zero.values else None)
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
     paired = None
@@ -402,8 +404,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     bucket_latency = _new(model, "dp_bucket_latency_us")
     # the spans are the first stage's gradients: under pp+dp its ring joins the groups' first buildings
     sync_edges = successors + _first_stage_ring_edges(pv)
-    sync_hop = _ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us")
-    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, sync_hop, groups, spans, bucket_latency, inner)
+    sync_hop = _ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
+    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
+                                            bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -699,7 +702,8 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
 
 
 def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
-                   ring_hop: cp_model.IntVar, groups: DpGroups, inner: InnerRing | None) -> _Zero3Gathers:
+                   inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
+                   inner: InnerRing | None) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
     (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
@@ -770,7 +774,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
         for i, (t, t_lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
             edges = {flat: _slowest_edge_us_per_layer(
                 pv, pair_mib, (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
-                f"zero3-{'flat' if flat else 'hierarchical'}[{i}]", successors, cap=RHS_CAP // (2 * SCALE))
+                f"zero3-{'flat' if flat else 'hierarchical'}[{i}]", successors, inter_group, cap=RHS_CAP // (2 * SCALE))
                 for flat in (True, False)}
             for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
                 flat = a is not CollectiveAlgorithm.HIERARCHICAL
@@ -1003,28 +1007,65 @@ def _first_stage_ring_edges(pv: PlanVars) -> RingEdges:
     return _cyclic_successors(pv, firsts, "first_stage_ring", [])
 
 
-def _ring_hop_us(pv: PlanVars, coeffs: Coefficients, edges: RingEdges, name: str) -> cp_model.IntVar:
+def _inter_group_pairs(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
+    """pp+dp: (i < j) → a literal that may be true only when i and j are used buildings of different groups.
+    Every stage's DP ring joins one building per group (≥ 2 groups), so each of its edges is such a pair."""
+    if not pv.group_replicas:
+        return {}
+    model, member = pv.model, pv.member
+    pairs = {}
+    for i in range(len(pv.buildings)):
+        for j in range(i + 1, len(pv.buildings)):
+            lit = model.NewBoolVar(f"different_groups[{pv.buildings[i]},{pv.buildings[j]}]")
+            model.AddImplication(lit, pv.used[i])
+            model.AddImplication(lit, pv.used[j])
+            for g in range(len(pv.group_replicas)):
+                model.AddBoolOr([lit.Not(), member[i][g].Not(), member[j][g].Not()])
+            pairs[(i, j)] = lit
+    return pairs
+
+
+def _at_least_cheapest_pair(pv: PlanVars, var: cp_model.IntVar, costs: dict[tuple[int, int], int],
+                            pairs: dict[tuple[int, int], cp_model.IntVar]) -> None:
+    """pp+dp: ``var`` ≥ the least cost of a pair of buildings in different groups (``_inter_group_pairs``): for
+    each threshold t, ``var`` ≥ t unless a pair cheaper than t may be such a pair (the solver, minimising,
+    marks every one that is)."""
+    if not pairs:
+        return
+    pp_dp = pv.mode.lit(CrossBuilding.PP_DP)
+    for t in sorted(set(costs.values())):
+        cheaper = [pairs[pair].Not() for pair, cost in costs.items() if cost < t and pair in pairs]
+        pv.model.Add(var >= t).OnlyEnforceIf([pp_dp, *cheaper])
+
+
+def _ring_hop_us(pv: PlanVars, coeffs: Coefficients, edges: RingEdges, name: str,
+                 inter_group: dict[tuple[int, int], cp_model.IntVar]) -> cp_model.IntVar:
     """One-way latency (µs) of a flat DP ring's step across buildings: the slowest route of the ring over its
-    buildings, the wrap-around included (``cost.step.span_levels``), so at least the shortest route's and that
-    of every ring edge in ``edges`` (``_ring_successors``, ``_first_stage_ring_edges``)."""
+    buildings, the wrap-around included (``cost.step.span_levels``), so at least the shortest route's, that
+    of every ring edge in ``edges`` (``_ring_successors``, ``_first_stage_ring_edges``) and, under pp+dp,
+    the shortest between two groups (``_at_least_cheapest_pair``)."""
     hops = coeffs.pair_hop_us or {(0, 0): 0}
     hop = pv.model.NewIntVar(min(hops.values()), max(hops.values()), name)
     for pair, when in edges:
         pv.model.Add(hop >= hops[pair]).OnlyEnforceIf(when)
+    _at_least_cheapest_pair(pv, hop, hops, inter_group)
     return hop
 
 
 def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: dict[tuple[int, int], float],
-                               name: str, edges: RingEdges, cap: int | None = None) -> cp_model.IntVar:
+                               name: str, edges: RingEdges, inter_group: dict[tuple[int, int], cp_model.IntVar],
+                               cap: int | None = None) -> cp_model.IntVar:
     """``layer_mib`` over a DP ring's slowest building edge (µs), at the per-pair µs/MiB given: at least the best
-    pair's, and that of every ring edge in ``edges``. Costs are clamped at ``cap`` (default: × the model's
-    layers stays within the horizon)."""
+    pair's, that of every ring edge in ``edges`` and, under pp+dp, the best between two groups
+    (``_at_least_cheapest_pair``). Costs are clamped at ``cap`` (default: × the model's layers stays within
+    the horizon)."""
     if cap is None:
         cap = HORIZON_US // max(1, pv.instance.job.model_spec.layers)
     cost = {pair: min(cap, int(layer_mib * us)) for pair, us in pair_us_per_mib.items()}
     edge = pv.model.NewIntVar(min(cost.values()), max(cost.values()), f"slowest_edge_us_per_layer[{name}]")
     for pair, when in edges:
         pv.model.Add(edge >= cost[pair]).OnlyEnforceIf(when)
+    _at_least_cheapest_pair(pv, edge, cost, inter_group)
     return edge
 
 
@@ -1220,7 +1261,8 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
-                 ring_hop: cp_model.IntVar, groups: DpGroups, spans: list[tuple[str, cp_model.IntVar, int]],
+                 inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
+                 spans: list[tuple[str, cp_model.IntVar, int]],
                  bucket_latency: cp_model.IntVar, inner: InnerRing | None) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
     stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
@@ -1268,9 +1310,9 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
     edges = [] if not crosses else [
         (transport, lit,
          _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_flat_route_us_per_mib[transport],
-                                    f"flat[{t}]", successors),
+                                    f"flat[{t}]", successors, inter_group),
          _slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport],
-                                    f"hierarchical[{t}]", successors))
+                                    f"hierarchical[{t}]", successors, inter_group))
         for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True))]
     if inner is not None:  # the hierarchical inner ring's steps
         model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
