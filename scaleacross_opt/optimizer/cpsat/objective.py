@@ -403,8 +403,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         spans.append(("v_tip_sync", v_tip.layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
     # the spans are the first stage's gradients: under pp+dp its ring joins the groups' first buildings
-    sync_edges = successors + _first_stage_ring_edges(pv)
-    sync_hop = _ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
+    first_stage_edges = _first_stage_ring_edges(pv)
+    sync_edges = successors + first_stage_edges
+    sync_hop = (_ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
+                if first_stage_edges else ring_hop)
     chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
                                             bucket_latency, inner)
     tip_sync = last_bucket.pop() if tip_syncs else None
