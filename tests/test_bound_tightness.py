@@ -684,6 +684,17 @@ def test_fp8_activations_are_bounded_at_their_one_byte_linear_inputs(load_shippe
     assert values["moe_stage_layers[bldg-b]"] == 4
 
 
+def _chain_two_group_plan(degrees: dict, layers_per_stage: list[int]) -> Plan:
+    """A pp+dp plan on the chain instance: groups {A, B} and {C, D}, each building holding pp/2 stages of its
+    group's dp/2 replicas; ring inside buildings, ring across them, the tuned transports."""
+    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
+        "collective_algorithm": "ring"}}
+    shares = [{"building": name, "group": group, "dp_replicas": degrees["dp"] // 2, "pp_stages": degrees["pp"] // 2}
+              for name, group in (("bldg-a", 0), ("bldg-b", 0), ("bldg-c", 1), ("bldg-d", 1))]
+    return Plan.model_validate(degrees | {"tp_comm_overlap": True, "network": network, "placement": {
+        "cross_building": "pp+dp", "layers_per_stage": layers_per_stage, "buildings": shares}})
+
+
 def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_first_buildings(
         load_shipped_instance) -> None:
     """Chain A–B–C–D, groups {A, B} and {C, D}: stage 0's DP ring (2,048 ranks) joins A and C, whose route is
@@ -692,14 +703,9 @@ def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_fir
     first chunk sync in 3 buckets of their own, over the 512 expert-data-parallel ranks (EP 4): 511 steps of
     the same ring each, which the bound left out. Both in: 0.54."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
-    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
-        "collective_algorithm": "ring"}}
-    plan = Plan.model_validate({
+    plan = _chain_two_group_plan({
         "tp": 2, "cp": 4, "pp": 2, "dp": 512, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
-        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "tp_comm_overlap": True,
-        "network": network, "placement": {"cross_building": "pp+dp", "layers_per_stage": [28, 28], "buildings": [
-            {"building": name, "group": group, "dp_replicas": 256, "pp_stages": 1}
-            for name, group in (("bldg-a", 0), ("bldg-b", 0), ("bldg-c", 1), ("bldg-d", 1))]}})
+        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1}, layers_per_stage=[28, 28])
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["first_stage_dp_ring_hop_us"] == 260
     assert values["first_chunk_sync_total_us"] >= 2047 * 260
@@ -714,14 +720,9 @@ def test_every_stages_ring_under_pp_dp_crosses_between_groups(load_shipped_insta
     B–C link (160 µs at best). The bound charged the best route of any pair (A–B: 100 µs, 2.5× the
     bandwidth): 0.31 of the simulated 17.6 s; now 0.49."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
-    network = TREE_RING_NETWORK | {"intra_building": TREE_RING_NETWORK["intra_building"] | {
-        "collective_algorithm": "ring"}}
-    plan = Plan.model_validate({
+    plan = _chain_two_group_plan({
         "tp": 4, "cp": 2, "pp": 8, "dp": 128, "ep": 8, "virtual_stages": 1, "micro_batch_size": 2,
-        "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3, "tp_comm_overlap": True,
-        "network": network, "placement": {"cross_building": "pp+dp", "layers_per_stage": [7] * 8, "buildings": [
-            {"building": name, "group": group, "dp_replicas": 64, "pp_stages": 4}
-            for name, group in (("bldg-a", 0), ("bldg-b", 0), ("bldg-c", 1), ("bldg-d", 1))]}})
+        "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3}, layers_per_stage=[7] * 8)
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["dp_ring_hop_us"] == 160
     step_s = simulate(instance, plan).step_time_s
