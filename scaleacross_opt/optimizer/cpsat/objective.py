@@ -407,12 +407,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     sync_edges = successors + first_stage_edges
     sync_hop = (_ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
                 if first_stage_edges else ring_hop)
+    tree_ring = _tree_runs_ring(pv)
     chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
-                                            bucket_latency, inner)
+                                            bucket_latency, inner, tree_ring)
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
-    extra += _expert_buckets_latency(pv, coeffs, groups, chunk_layers, sync_hop)
+    extra += _expert_buckets_latency(pv, coeffs, groups, chunk_layers, sync_hop, tree_ring)
     last_bucket_forward = 0  # the forward of the first chunk's last bucket: ≥ its least F ÷ its buckets
     if buckets is not None:
         least = [min(us for (shape, _, _), us in coeffs.layer_forward_least_us.items() if shape == s)
@@ -1185,6 +1186,13 @@ def _last_bucket_layers(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, ch
     return last
 
 
+def _bucket_kiloparams(pv: PlanVars, groups: DpGroups) -> dict[tuple[int, int], int]:
+    """(bucket factor, dp·cp) → the gradient bucket's size in thousands of parameters (rounded up): Megatron's
+    default for that group × the factor, capped (``cost.step.dp_bucket_params``)."""
+    return {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
+            for factor in pv.bucket.values for d, _ in groups}
+
+
 def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_layers: cp_model.IntVar,
                           chunk_steps: cp_model.IntVar, bucket_latency: cp_model.IntVar
                           ) -> tuple[cp_model.IntVar | int, cp_model.IntVar | None]:
@@ -1200,8 +1208,7 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
     per_layer = pv.shape.value_var(pv.model, "synced_kiloparams_per_layer", kiloparams)
     chunk_kiloparams = _product(model, "first_chunk_kiloparams_steps", chunk_steps, per_layer)  # × BUCKET_STEPS
     layers = pv.instance.job.model_spec.layers
-    sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
-             for factor in pv.bucket.values for d, _ in groups}
+    sizes = _bucket_kiloparams(pv, groups)
     top = layers + max(kiloparams) * layers // min(sizes.values()) + 1
     buckets = model.NewIntVar(1, top, "first_chunk_buckets")
     zero3 = [pv.zero.lit(3)] if 3 in pv.zero.values else []
@@ -1217,13 +1224,14 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
 
 
 def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_layers: cp_model.IntVar,
-                            ring_hop: cp_model.IntVar) -> cp_model.IntVar | int:
+                            ring_hop: cp_model.IntVar, tree_ring: list[cp_model.IntVar] | None
+                            ) -> cp_model.IntVar | int:
     """MoE models: the first chunk's expert gradients sync (and ZeRO-1/2 gather) in buckets of their own, each
     its own collective over the e = dp·cp/ep expert-data-parallel ranks (``cost.step.dp_buckets``): n_e ≥ its
     MoE layers' (≥ its layers − the model's dense ones) expert parameters ÷ the bucket (ZeRO-3: one per MoE
     layer). Where DP crosses buildings a flat algorithm's ring over those ranks spans every used building
     (EP groups stay in one), so each pays its steps (``_sync_steps`` over e) × the ring's slowest hop
-    (``ring_hop``): n_e·latency µs (0 elsewhere: a lower bound)."""
+    (``ring_hop``; ``tree_ring``: ``_tree_runs_ring``): n_e·latency µs (0 elsewhere: a lower bound)."""
     if coeffs.model_expert_param_mib == 0 or pv.cross_algorithm is None or max(pv.space.ep) == 1:
         return 0
     model = pv.model
@@ -1236,8 +1244,7 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     kiloparams = [coeffs.expert_kiloparams_per_layer[shape] for shape in pv.shape.values]
     per_layer = pv.shape.value_var(model, "expert_kiloparams_per_layer", kiloparams)
     chunk_kiloparams = _product(model, "first_chunk_expert_kiloparams", moe_layers, per_layer)
-    sizes = {(factor, d): math.ceil(min(factor * megatron_bucket_params(d), MAX_BUCKET_PARAMS) / 1000)
-             for factor in pv.bucket.values for d, _ in groups}
+    sizes = _bucket_kiloparams(pv, groups)
     buckets = _new(model, "first_chunk_expert_buckets", layers + max(kiloparams) * layers // min(sizes.values()) + 1)
     zero3 = [pv.zero.lit(3)] if 3 in pv.zero.values else []
     for lit in zero3:
@@ -1246,7 +1253,6 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
         model.Add(size * buckets >= chunk_kiloparams).OnlyEnforceIf(
             [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
     latency = _new(model, "expert_bucket_latency_us")
-    tree_ring = _tree_runs_ring(pv)
     for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
         steps = coeffs.cross_algorithm_steps[algorithm]
         if steps == "buildings":
@@ -1264,11 +1270,11 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                  inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
-                 spans: list[tuple[str, cp_model.IntVar, int]],
-                 bucket_latency: cp_model.IntVar, inner: InnerRing | None) -> list[cp_model.IntVar]:
+                 spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar,
+                 inner: InnerRing | None, tree_ring: list[cp_model.IntVar] | None) -> list[cp_model.IntVar]:
     """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
     stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
-    ``bucket_latency`` is bounded below by)."""
+    ``bucket_latency`` is bounded below by). ``tree_ring``: ``_tree_runs_ring``."""
     model = pv.model
     buildings = pv.instance.cluster.buildings
     intra_latency = _new(model, "dp_intra_latency_us")
@@ -1291,7 +1297,6 @@ def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
     # reduce-scatter (ZeRO ≥ 1) runs the ring where the tree is chosen (``_tree_runs_ring``). Each step pays
     # the fabric's hop where the group's tp·n GPUs exceed every NVLink domain, else NVLink's
     # (``cost.step.span_levels``: the farthest level the group crosses).
-    tree_ring = _tree_runs_ring(pv)
     domain = max(nvlink_domain(building) for building in buildings)
     nvlink_hop = min(coeffs.intra_hop_us, int(co.NVLINK_LATENCY_US))
     for algorithm, alg_lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True):
