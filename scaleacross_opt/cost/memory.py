@@ -15,6 +15,7 @@ context parallelism divides s. Flash attention never stores the s×s scores (coe
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -149,8 +150,11 @@ def activation_bytes_per_layer(
 # --------------------------------------------------------------------------------------------------
 
 
-def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> list[float]:
-    """Micro-batches in flight per stage: the schedule's worst-stage closed form × each stage's share.
+@functools.lru_cache(maxsize=1024)
+def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[float, ...]:
+    """Micro-batches in flight per stage: the schedule's worst-stage closed form × each stage's share
+    (cached: a search validates hundreds of plans that share a (schedule, pp, v, m), and walking the op order
+    took most of a validation).
 
     The share is stage s's peak of forwarded-but-not-backpropagated chunks in the op order
     (``stage_ops``, with m capped at 4·pp·v since the warm-up peak does not grow beyond) ÷ the largest
@@ -167,7 +171,7 @@ def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microb
             peak = max(peak, live)
         peaks.append(peak)
     top = max(peaks) or 1
-    return [worst * p / top for p in peaks]
+    return tuple(worst * p / top for p in peaks)
 
 
 @dataclass(frozen=True)
