@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -131,6 +132,53 @@ def test_small_and_vector_fillings_agree(flows: list[dict[str, float]]) -> None:
     names = {r: i for i, r in enumerate("abcd")}
     small = fair_speeds_small([[(names[r], u) for r, u in f.items()] for f in flows])
     assert small == pytest.approx(fair_rates([list(f.items()) for f in flows]), rel=1e-9, abs=1e-12)
+
+
+def _ends_recomputed_at_every_event(starts: list[tuple[float, float, dict[str, float]]]) -> dict[int, float]:
+    """End of each flow (start s, seconds alone, demands), with every flow's speed recomputed over all flows
+    in progress (``fair_rates``) at every start and end: the reference the incremental network must match."""
+    work = {}  # flow → seconds alone left
+    ends: dict[int, float] = {}
+    pending = sorted((s, j) for j, (s, _, _) in enumerate(starts))
+    now = 0.0
+    while pending or work:
+        running = sorted(work)
+        speeds = dict(zip(running, fair_rates([list(starts[j][2].items()) for j in running]), strict=True))
+        finish = min((now + work[j] / speeds[j] for j in running), default=math.inf)
+        t = min(pending[0][0] if pending else math.inf, finish)
+        for j in running:
+            work[j] -= (t - now) * speeds[j]
+            if work[j] <= 1e-12 * starts[j][1]:
+                ends[j] = t
+                del work[j]
+        now = t
+        while pending and pending[0][0] <= now:
+            _, j = pending.pop(0)
+            work[j] = starts[j][1]
+    return ends
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(0.1, 2.0),
+                          st.dictionaries(st.sampled_from("abcd"), st.floats(0.05, 1.5), max_size=3)),
+                min_size=1, max_size=8))
+def test_incremental_flow_network_matches_a_full_recomputation(
+        starts: list[tuple[float, float, dict[str, float]]]) -> None:
+    """The network recomputes speeds only in the parts a start or end touched (and skips resources that are
+    not overfull before or after): every flow ends when a recomputation of all speeds at every event says."""
+    net = FlowNetwork()
+    pending = sorted((s, j) for j, (s, _, _) in enumerate(starts))
+    ends: dict[int, float] = {}
+    while pending or net:
+        t = min(pending[0][0] if pending else math.inf, net.next_finish())
+        for j in net.advance(t):
+            ends[j] = t
+        while pending and pending[0][0] <= t:
+            _, j = pending.pop(0)
+            net.start(j, starts[j][1], list(starts[j][2].items()))
+    expected = _ends_recomputed_at_every_event(starts)
+    assert sorted(ends) == sorted(expected)
+    for j, end in expected.items():
+        assert ends[j] == pytest.approx(end, rel=1e-6, abs=1e-9), (j, ends, expected)
 
 
 def test_cp_ring_across_nodes_is_a_flow_on_the_nics(load_shipped_instance) -> None:

@@ -107,7 +107,9 @@ class FlowNetwork:
     slow a flow and are left out; ``None``: all). Speeds are max-min fair per connected part of the graph
     of flows and overfull resources, so a flow starting or ending recomputes only its part; each flow keeps
     its end time at today's speeds (a heap with lazy deletion gives the next one), which changes only when
-    its speed does. One event costs time in proportion to the flows of its part.
+    its speed does. One event costs time in proportion to the flows of its part. A resource that was not
+    overfull at its last refresh and is not now bounds no flow before or after the change: it starts no part
+    (its flows' other resources were touched too).
     """
 
     _SMALL = 40  # parts up to this many flows are filled in plain Python (faster there), larger ones with numpy
@@ -117,6 +119,7 @@ class FlowNetwork:
         self._only = None if resources is None else set(resources)
         self._column: dict[Hashable, int] = {}
         self._load: list[float] = []  # Σ demand of the flows in progress, per resource
+        self._over: list[bool] = []  # per resource: overfull (load > 1) at its part's last refresh
         self._on: list[set[int]] = []  # flows in progress per resource
         self._uses: dict[int, list[tuple[int, float]]] = {}  # per flow in progress: (resource, demand)
         self._end: dict[int, float] = {}  # per flow in progress, at today's speeds
@@ -134,75 +137,95 @@ class FlowNetwork:
         flow = self._started
         self._started += 1
         demand: dict[int, float] = {}
+        only, column = self._only, self._column
         for resource, u in uses:
-            if u <= 0 or (self._only is not None and resource not in self._only):
+            if u <= 0 or (only is not None and resource not in only):
                 continue
-            if resource not in self._column:
-                self._column[resource] = len(self._load)
+            r = column.get(resource)
+            if r is None:
+                r = column[resource] = len(self._load)
                 self._load.append(0.0)
+                self._over.append(False)
                 self._on.append(set())
-            r = self._column[resource]
             demand[r] = demand.get(r, 0.0) + u
-        self._uses[flow] = list(demand.items())
-        for r, u in demand.items():
-            self._load[r] += u
-            self._on[r].add(flow)
-            self._touched.add(r)
-        self._end[flow], self._speed[flow], self._key[flow] = self.now + alone_s, 1.0, key
-        heapq.heappush(self._heap, (self.now + alone_s, flow))
+        if demand:
+            self._uses[flow] = items = list(demand.items())
+            load, on, touched = self._load, self._on, self._touched
+            for r, u in items:
+                load[r] += u
+                on[r].add(flow)
+                touched.add(r)
+        else:
+            self._uses[flow] = []
+        end = self.now + alone_s
+        self._end[flow], self._speed[flow], self._key[flow] = end, 1.0, key
+        heapq.heappush(self._heap, (end, flow))
 
     def next_finish(self) -> float:
         """When the first flow in progress ends at today's speeds (∞ when none)."""
-        self._refresh()
-        heap = self._heap
-        while heap and self._end.get(heap[0][1]) != heap[0][0]:
+        if self._touched:
+            self._refresh()
+        heap, ends = self._heap, self._end
+        while heap and ends.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
         return heap[0][0] if heap else math.inf
 
     def advance(self, t: float) -> list[Hashable]:
         """Move on to time ``t`` (≤ ``next_finish()``); return the flows that ended by then, in start order
         (a flow too short to move the clock still ends)."""
-        self._refresh()
+        if self._touched:
+            self._refresh()
         self.now = t
+        heap, ends = self._heap, self._end
         ended = []
-        heap = self._heap
         while heap and heap[0][0] <= t:
             end, flow = heapq.heappop(heap)
-            if self._end.get(flow) == end:  # not stale (an end that moved and came back has two entries)
+            if ends.get(flow) == end:  # not stale (an end that moved and came back has two entries)
                 ended.append(flow)
-        ended = sorted(set(ended))
+        if len(ended) > 1:
+            ended = sorted(set(ended))
+        load, on, touched = self._load, self._on, self._touched
         for flow in ended:
-            del self._end[flow], self._speed[flow]
+            del ends[flow], self._speed[flow]
             for r, u in self._uses.pop(flow):
-                self._load[r] -= u
-                self._on[r].discard(flow)
-                self._touched.add(r)
+                load[r] -= u
+                on[r].discard(flow)
+                touched.add(r)
         return [self._key.pop(flow) for flow in ended]
 
     def _refresh(self) -> None:
-        """New fair speeds for the part of the graph holding the touched resources; ends move with the
-        speeds (the work left at full speed, (end − now)·speed, is kept)."""
-        if not self._touched:
-            return
-        part, flows, todo = set(), set(), list(self._touched)
+        """New fair speeds for the parts of the graph holding the touched resources that are or were overfull;
+        ends move with the speeds (the work left at full speed, (end − now)·speed, is kept)."""
+        load, over_flag, on, uses = self._load, self._over, self._on, self._uses
+        todo = [r for r in self._touched if over_flag[r] or load[r] > 1.0]
         self._touched = set()
+        if not todo:
+            return
+        part: set[int] = set()
+        flows: set[int] = set()
         while todo:  # grow the part: the flows on its resources, and the overfull resources they cross
             r = todo.pop()
             if r in part:
                 continue
             part.add(r)
-            for flow in self._on[r] - flows:
+            for flow in on[r] - flows:
                 flows.add(flow)
-                todo.extend(q for q, _ in self._uses[flow] if q not in part and self._load[q] > 1.0)
+                todo.extend(q for q, _ in uses[flow] if q not in part and load[q] > 1.0)
+        over = set()
+        for r in part:
+            over_flag[r] = load[r] > 1.0
+            if over_flag[r]:
+                over.add(r)
         order = sorted(flows)
-        over = {r for r in part if self._load[r] > 1.0}
         if not over:
             speeds = [1.0] * len(order)
         else:
-            demand = [[(r, u) for r, u in self._uses[f] if r in over] for f in order]
+            demand = [[(r, u) for r, u in uses[f] if r in over] for f in order]
             speeds = fair_speeds_small(demand) if len(order) <= self._SMALL else fair_rates(demand)
+        now, speed_of, ends, heap = self.now, self._speed, self._end, self._heap
         for flow, speed in zip(order, speeds, strict=True):
-            if speed != self._speed[flow]:
-                end = self.now + (self._end[flow] - self.now) * self._speed[flow] / speed
-                self._speed[flow], self._end[flow] = speed, end
-                heapq.heappush(self._heap, (end, flow))
+            old = speed_of[flow]
+            if speed != old:
+                end = now + (ends[flow] - now) * old / speed
+                speed_of[flow], ends[flow] = speed, end
+                heapq.heappush(heap, (end, flow))
