@@ -293,8 +293,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     first_forward = _first_chunk_op_us(pv, "forward", first_layers, longest_forward,
                                        coeffs.embedding_forward_us, coeffs.head_forward_us)
     v_shaped = any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values)
-    v_tip = (_v_tip_chains(pv, layer_stage_times, fastest, products["last_used"],
-                           products["timed_layers"]) if pp_mode is not None and v_shaped else None)
+    v_tip = (_v_tip_chains(pv, pp_mode, layer_stage_times, per_layer_times, products["layer_slots"],
+                           products["last_used"], products["timed_layers"])
+             if pp_mode is not None and v_shaped else None)
     # pp across: stage pp − 2 is the last building's when it holds two stages or more
     two_stages = []
     for b, name in enumerate(pv.buildings) if pp_mode is not None else []:
@@ -622,8 +623,9 @@ def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head
 
 @dataclass(frozen=True)
 class VTip:
-    """The V's tip stage under PP across: ``chains`` per building b, (b is the last used one, m·t_tip, layers
-    before the tip · c_min); ``layers``, at least the tip's layers; ``first_chunk_layers``, at most its chunk 0's."""
+    """The V's tip stage under PP across: ``chains`` per building b, (b is the last used one, m·t_tip, the layers
+    before the tip priced where they run); ``layers``, at least the tip's layers; ``first_chunk_layers``, at
+    most its chunk 0's."""
 
     chains: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]]
     layers: cp_model.IntVar
@@ -649,27 +651,38 @@ def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model
     return out
 
 
-def _v_tip_chains(pv: PlanVars, stage_time: list[cp_model.IntVar],
-                  fastest: cp_model.IntVar, last_used: list[cp_model.IntVar], tip_held: list[cp_model.IntVar]
-                  ) -> VTip:
+def _v_tip_chains(pv: PlanVars, pp_mode: cp_model.IntVar, stage_time: list[cp_model.IntVar],
+                  per_layer: list[cp_model.IntVar], slots: list[cp_model.IntVar], last_used: list[cp_model.IntVar],
+                  tip_held: list[cp_model.IntVar]) -> VTip:
     """PP across under a V-shaped schedule (``VTip``). The V's tip is the pipeline's last stage, in the last used
     building (``last_used``), b's last regular stage: it holds ``tip_held[b]`` layers (placement's bound for
     what the split's trimming leaves there, at most ``layers[b]``), which ``stage_time[b]`` prices; its chunk 0
     holds ⌈its layers / 2⌉ ≤ ⌈layers[b] / 2⌉. The stages before the tip hold
     the other L − tip layers, half of each (chunk 0, the first chunk gets the extra layer) on micro-batch 0's
-    first forward pass to the tip."""
+    first forward pass to the tip: Σ_b x_b·c_b over any x_b ≤ b's layer slots (the tip's building: less the
+    tip's layers) with Σ x_b = L − tip, so a mixed-GPU pipeline's slower building is priced at its own speed.
+    Fewer layers at the tip only lower the bound (m·c_tip ≥ the chain's share of a layer), so ``tip_held`` may
+    be a lower bound."""
     model = pv.model
     total = pv.instance.job.model_spec.layers
-    out = []
     tip_layers = _new(model, "v_tip_layers", total)  # lower bounds only: the tip's sync grows with it
     first_chunk = _new(model, "v_tip_chunk0_layers", total)  # upper bounds only: its W is subtracted
+    layers_before = _new(model, "layers_before_v_tip", total)
+    before_in = []
     for b, (name, tail) in enumerate(zip(pv.buildings, last_used, strict=True)):
         model.Add(tip_layers >= tip_held[b]).OnlyEnforceIf(tail)
         model.Add(2 * first_chunk <= pv.layers[b] + 1).OnlyEnforceIf(tail)
-        layers_before = _new(model, f"layers_before_v_tip[{name}]", total)
-        model.Add(layers_before == total - tip_held[b]).OnlyEnforceIf(tail)
-        out.append((tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, stage_time[b]),
-                    _product(model, f"layers_before_v_tip*c[{name}]", layers_before, fastest)))
+        model.Add(layers_before == total - tip_held[b]).OnlyEnforceIf([tail, pp_mode])
+        x_b = model.NewIntVar(0, total, f"layers_before_v_tip_in[{name}]")
+        model.Add(x_b <= slots[b])
+        model.Add(x_b <= slots[b] - tip_held[b]).OnlyEnforceIf(tail)
+        before_in.append(x_b)
+    model.Add(sum(before_in) == layers_before).OnlyEnforceIf(pp_mode)
+    before_cost = _new(model, "layers_before_v_tip_us")
+    model.Add(before_cost == sum(_product(model, f"layers_before_v_tip*c[{name}]", x_b, c_b)
+                                 for name, x_b, c_b in zip(pv.buildings, before_in, per_layer, strict=True)))
+    out = [(tail, _product(model, f"m*v_tip_us[{name}]", pv.microbatches, stage_time[b]), before_cost)
+           for b, (name, tail) in enumerate(zip(pv.buildings, last_used, strict=True))]
     return VTip(out, tip_layers, first_chunk)
 
 
