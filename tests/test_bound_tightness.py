@@ -299,6 +299,24 @@ def test_chain_prices_layers_where_they_fit_on_a_mixed_gpu_pipeline(load_shipped
     assert 6.1 <= bound_s <= simulate(instance, plan).step_time_s  # 6.16 s against 7.27 s
 
 
+def test_the_v_tips_fill_chain_prices_layers_where_they_fit_on_a_mixed_gpu_pipeline(load_shipped_instance) -> None:
+    """ZB-V across 16 H100 stages and 4 B200 stages: the tip (the last B200 stage) starts once micro-batch 0's
+    chunk-0 forward crossed the 114 layers before it, of which only the other B200 stages' 36 run on B200s;
+    pricing all 114 at the B200's cost left this plan's bound at 6.27 s against 7.18 s simulated."""
+    from scaleacross_opt.spec import Plan
+
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b.yaml")
+    plan = Plan.model_validate({
+        "tp": 4, "cp": 2, "pp": 20, "dp": 64, "virtual_stages": 2, "micro_batch_size": 1, "schedule": "zb-v",
+        "recompute": "none", "tp_comm_overlap": True,
+        "placement": {"cross_building": "pp", "layers_per_stage": [3] + [5] * 15 + [12] * 4, "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 64, "pp_stages": 16},
+            {"building": "bldg-b200", "dp_replicas": 64, "pp_stages": 4}]},
+        "network": TREE_RING_NETWORK})
+    bound_s = plan_bound_s(instance, plan)
+    assert 6.4 <= bound_s <= simulate(instance, plan).step_time_s  # 6.50 s against 7.18 s
+
+
 HIERARCHICAL_CROSS_NETWORK = {**TREE_RING_NETWORK, "cross_building": {
     **TREE_RING_NETWORK["cross_building"], "collective_algorithm": "hierarchical"}}
 
