@@ -281,6 +281,34 @@ def test_moe_memory_bound_counts_moe_layers_and_admits_what_fits(load_shipped_in
     assert min(ratios) >= 0.4  # 0.10 for ZeRO-3 with ep = 1: the MoE stage was priced at a dense stage
 
 
+def test_v_shaped_memory_bound_charges_each_buildings_last_stage_and_admits_what_fits(load_shipped_instance) -> None:
+    """ZB-V's stage s holds min(p, (m + 1 + s)/2) micro-batches in flight and the split trims the first
+    stages, so a building's last regular stage holds the most; the bound charged only stage 0's (p + 1)/2 at
+    the first regular stage's layers, and the hetero model's optimum needed 94 GiB of 80. It still admits
+    V-shaped plans near capacity that fit."""
+    from scaleacross_opt.cost.memory import memory_per_gpu
+    from scaleacross_opt.validation.plan_checks import validate_plan
+
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b.yaml")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    over = Plan.model_validate({
+        "tp": 4, "cp": 2, "pp": 10, "dp": 128, "virtual_stages": 2, "micro_batch_size": 1, "schedule": "zb-v",
+        "recompute": "none", "tp_comm_overlap": True,
+        "placement": {"cross_building": "pp", "layers_per_stage": [6, 10] + [11] * 6 + [22, 22], "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 128, "pp_stages": 8},
+            {"building": "bldg-b200", "dp_replicas": 128, "pp_stages": 2}]},
+        "network": TREE_RING_NETWORK})
+    assert validate_plan(over, instance), "the plan fits: pick one over capacity"  # 94.1 GiB
+    assert plan_bound_us(pv, plan_assignment(pv, over), seed=0) is None
+
+    def v_shaped_near_capacity(plan) -> bool:
+        memory = memory_per_gpu(instance, plan)
+        return plan.schedule in ("zb-v", "dualpipe") and memory.total_gib >= 0.8 * memory.capacity_gib
+
+    assert max(bound_ratios(instance, 4, v_shaped_near_capacity)) <= 1.01  # asserts each is admitted
+
+
 def test_chain_prices_layers_where_they_fit_on_a_mixed_gpu_pipeline(load_shipped_instance) -> None:
     """ZB-H1 across 16 H100 stages and 4 B200 stages: the 116 layers before the LM-head stage cannot all run
     on B200 stages (46 fit there), so the chain to that stage is priced with 70 H100 layers; pricing every

@@ -182,3 +182,21 @@ def test_no_stage_holds_less_than_its_share_of_the_worst_stages_activations(name
         assert min(held) >= schedule.least_in_flight_microbatches(pp, v, m) * (1 - 1e-9), (pp, v, m, held)
         if schedule.head_stage(pp, v) != 0:
             assert all(x >= worst * (pp - s) / pp * (1 - 1e-9) for s, x in enumerate(held)), (pp, v, m, held)
+
+
+@pytest.mark.parametrize("name", [name for name in schedule_names() if get_schedule(name).head_stage(2, 2) == 0])
+def test_v_shaped_schedules_claim_each_stages_activations_exactly(name: str) -> None:
+    """V-shaped schedules' memory bound charges each building's last regular stage s the claim
+    min(worst, least + growth·s), so a claim below ``stage_in_flight`` admits plans that do not fit (ZB-V's
+    (p + 1)/2 on every stage let the hetero 405B model's optimum need 94 GiB of 80): the claim is every
+    stage's exact share."""
+    from scaleacross_opt.cost.memory import stage_in_flight
+
+    schedule = get_schedule(name)
+    for pp in (2, 3, 4, 5, 8, 10):
+        for m in range(pp, 3 * pp + 2):
+            if schedule.check(pp, 2, m) is None:
+                worst = schedule.in_flight_microbatches(pp, 2, m)
+                least = schedule.least_in_flight_microbatches(pp, 2, m)
+                claims = [min(worst, least + schedule.in_flight_growth_per_stage * s) for s in range(pp)]
+                assert claims == pytest.approx(list(stage_in_flight(name, pp, 2, m))), (pp, m)

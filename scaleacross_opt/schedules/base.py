@@ -42,6 +42,10 @@ class PipelineSchedule(ABC):
     # a forward chunk of one micro-batch runs overlapped with a backward chunk of another (DualPipe), so
     # each one's EP all-to-all hides behind the other's compute
     pairs_microbatches: ClassVar[bool] = False
+    # V-shaped schedules: stage s holds at least min(worst, least + growth·s) micro-batches in flight
+    # (``in_flight_microbatches``, ``least_in_flight_microbatches``); the CP-SAT memory bound charges each
+    # building's last regular stage that
+    in_flight_growth_per_stage: ClassVar[float] = 0.0
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """Why this schedule cannot run (pp, v, m), or None when it can."""

@@ -33,6 +33,7 @@ class ZeroBubbleV(PipelineSchedule):
     description: ClassVar[str] = "Zero-bubble V: 2 chunks/stage in a V, B/W split; bubble (p-1)/(6m), 1F1B memory."
     splits_backward: ClassVar[bool] = True
     orders_by_op_times: ClassVar[bool] = True
+    in_flight_growth_per_stage: ClassVar[float] = 0.5  # stage s holds min(p, (m + 1 + s)/2)
 
     def check(self, pp: int, virtual_stages: int, num_microbatches: int) -> str | None:
         """v = 2 and m ≥ p."""
@@ -64,8 +65,9 @@ class ZeroBubbleV(PipelineSchedule):
         return float(pp)
 
     def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """(p + 1)/2: stage 0 with m = p micro-batches (every stage holds p from m = 2p on)."""
-        return (pp + 1) / 2
+        """min(p, (m + 1)/2): stage s holds min(p, (m + 1 + s)/2) (``in_flight_growth_per_stage``), so the
+        least-loaded is stage 0; read off ``stage_ops`` for every p ≤ 32, m ≤ 4p + 2."""
+        return min(float(pp), (num_microbatches + 1) / 2)
 
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; exact for p ≤ 4)."""

@@ -6,7 +6,7 @@ static = ℓ·params(shape)·bytes(zero)      (weights/grads/optimizer not shard
        + μ·extra(shape)·bytes(zero)       (MoE: what an MoE layer holds beyond that)
        + ℓ·pp·S[zero]                     (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
 activations = in_flight · (ℓ·A[shape] + μ·A_extra[shape]).
-Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). Two such stages are bounded:
+Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). Three such stages are bounded:
 - b's first regular stage, with μ ≥ ℓ_b − D (D: the model's dense layers), in flight at least the least-loaded
   stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp, K_b the stages before b's (pp across;
   else 0): no stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved
@@ -14,7 +14,11 @@ Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). 
 - where b holds ≥ D + 2 stages, its last regular stage holds no dense layer (``cpsat.placement._moe_only_stages``):
   ℓ = μ ≥ what the split's trimming leaves there (``cpsat.placement``'s bound: ℓ_b in whole pipelines, which
   never trim it; ℓ_b − 1, or less where the split takes several passes, under PP across) at the least-loaded
-  stage's in-flight, without the sharded part.
+  stage's in-flight, without the sharded part;
+- V-shaped schedules (the split trims the first stages, and later stages hold more in flight: ZB-V's stage s
+  min(p, (m + 1 + s)/2)): b's last regular stage s_b, with the layers of the second bound, at
+  min(worst, least + growth·s_b) in flight (``PipelineSchedule.in_flight_growth_per_stage``), where s_b is
+  known (whole pipelines: pp − 1; PP across: Σ_{b' ≤ b} stages − 1).
 Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
 independent validator checks every returned plan with the exact memory model and the refinement
 loop cuts off plans that do not fit.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
+from ...schedules import get_schedule
 from ...spec import CrossBuilding
 from ..coefficients import Coefficients
 from .degrees import IN_FLIGHT_SCALE, InFlight
@@ -69,6 +74,7 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
         moe_params = pv.shape.value_var(model, "moe_kiloparams_per_layer",
                                         [p + x for p, x in zip(param_weights, extra_param_weights, strict=True)])
     pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
+    v_last = _v_last_stages(pv, in_flight, v_shape)
     worst_pp = _product(model, "in_flight*pp", in_flight.worst, pv.pp_var, in_flight.worst_max * max_pp)
     for b, building in enumerate(pv.instance.cluster.buildings):
         name = building.name
@@ -101,21 +107,69 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                              min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
             return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
 
+        def stage_total(label: str, count: cp_model.IntVar, flight: cp_model.IntVar, flight_max: int,
+                        name: str = name, limit: int = limit) -> cp_model.LinearExpr:
+            """What a stage of ≥ ``count`` layers holds at ``flight`` micro-batches in flight: its whole and
+            DP-sharded state and activations, and for MoE models its ≥ count − D MoE layers' extra."""
+            count_pp = _product(model, f"{label}_layers*pp[{name}]", count, pv.pp_var, max_pp * layers)
+            sharded = _product(model, f"{label}_sharded_kib_x1024[{name}]", count_pp, sharded_per,
+                               min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
+            total = held(label, count, act_per_layer, kiloparams, flight, flight_max) + IN_FLIGHT_SCALE * sharded
+            if moe_only_stage:
+                least_moe = model.NewIntVar(0, layers, f"{label}_moe_layers[{name}]")  # μ ≥ ℓ − D (its least binds)
+                model.Add(least_moe >= count - coeffs.dense_layers)
+                total += held(f"{label}_moe_extra", least_moe, extra_act, extra_params, flight, flight_max)
+            return total
+
         # b's first regular stage holds ≥ stage_layers[b] (ℓ_b less what the split's trimming may take there)
-        stage_layers_pp = _product(model, f"stage_layers*pp[{name}]", stage_layers[b], pv.pp_var, max_pp * layers)
-        sharded = _product(model, f"sharded_kib_x1024[{name}]", stage_layers_pp, sharded_per,
-                           min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
-        total = held("layers", stage_layers[b], act_per_layer, kiloparams, flight, in_flight.worst_max)
-        total += IN_FLIGHT_SCALE * sharded
+        model.Add(stage_total("first_stage", stage_layers[b], flight, in_flight.worst_max) <= limit
+                  ).OnlyEnforceIf(pv.used[b])
+        # V-shaped schedules: b's last regular stage (the split trims the first ones) holds its most layers
+        if v_last is not None:
+            flight_last, condition = v_last[b]
+            model.Add(stage_total("last_stage", last_stage_layers[b], flight_last, in_flight.worst_max) <= limit
+                      ).OnlyEnforceIf(condition)
         if moe_only_stage:
-            least_moe = model.NewIntVar(0, layers, f"moe_layers[{name}]")  # μ ≥ ℓ_b − D (its least value binds)
-            model.Add(least_moe >= stage_layers[b] - coeffs.dense_layers)
-            total += held("moe_extra", least_moe, extra_act, extra_params, flight, in_flight.worst_max)
             moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # b's last regular stage
             model.Add(moe_stage >= last_stage_layers[b])
             moe_total = held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)
             model.Add(moe_total <= limit).OnlyEnforceIf([pv.used[b], moe_only_stage[b]])
-        model.Add(total <= limit).OnlyEnforceIf(pv.used[b])
+
+
+def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
+                   ) -> list[tuple[cp_model.IntVar, list[cp_model.IntVar]]] | None:
+    """V-shaped schedules, per building b: (the activations in flight on b's last stage, when it is a regular
+    stage under a V-shaped schedule). Stage s holds ≥ min(worst, least + g·s) (g: the schedule's
+    ``in_flight_growth_per_stage``), s = Σ_{b' ≤ b} stages − 1 under PP across and pp − 1 with whole
+    pipelines; pp+dp (its groups' stage indices are not modelled) is left out, as is a building that holds
+    only the LM-head stage (stage 0). None when no schedule is V-shaped."""
+    model = pv.model
+    if not any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values):
+        return None
+    max_pp = max(pv.space.pp)
+    growth = [round(IN_FLIGHT_SCALE * get_schedule(name).in_flight_growth_per_stage)
+              for name, _ in pv.schedule_chunks.values]
+    pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
+    not_pp_dp = [pv.mode.lit(CrossBuilding.PP_DP).Not()] if CrossBuilding.PP_DP in pv.mode.values else []
+    several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
+    out = []
+    for b, name in enumerate(pv.buildings):
+        index = model.NewIntVar(0, max_pp, f"last_stage_index[{name}]")
+        if pp_mode is not None:
+            model.Add(index == sum(pv.stages[:b + 1]) - 1).OnlyEnforceIf(pp_mode)
+            model.Add(index == pv.pp_var - 1).OnlyEnforceIf(pp_mode.Not())
+        else:
+            model.Add(index == pv.pp_var - 1)
+        per_stage = model.NewIntVar(0, max(growth), f"in_flight_growth_x100[{name}]")
+        model.Add(per_stage == pv.schedule_chunks.linear(growth))
+        grown = _product(model, f"in_flight_growth*index[{name}]", per_stage, index, max(growth) * max_pp)
+        flight = model.NewIntVar(0, in_flight.worst_max, f"last_stage_in_flight_x100[{name}]")
+        model.AddMinEquality(flight, [in_flight.worst, in_flight.least + grown])
+        regular = model.NewBoolVar(f"last_stage_regular[{name}]")  # not the LM-head stage alone
+        model.Add(pv.stages[b] >= 1 + pv.head[b]).OnlyEnforceIf(regular)
+        model.Add(pv.stages[b] <= pv.head[b]).OnlyEnforceIf(regular.Not())
+        out.append((flight, [pv.used[b], regular, v_shape, *not_pp_dp, *several_stages]))
+    return out
 
 
 def _upper(var: cp_model.IntVar) -> int:
