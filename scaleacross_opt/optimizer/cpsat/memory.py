@@ -152,6 +152,8 @@ def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
     pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
     not_pp_dp = [pv.mode.lit(CrossBuilding.PP_DP).Not()] if CrossBuilding.PP_DP in pv.mode.values else []
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
+    per_stage = model.NewIntVar(0, max(growth), "in_flight_growth_x100")
+    model.Add(per_stage == pv.schedule_chunks.linear(growth))
     out = []
     for b, name in enumerate(pv.buildings):
         index = model.NewIntVar(0, max_pp, f"last_stage_index[{name}]")
@@ -160,8 +162,6 @@ def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
             model.Add(index == pv.pp_var - 1).OnlyEnforceIf(pp_mode.Not())
         else:
             model.Add(index == pv.pp_var - 1)
-        per_stage = model.NewIntVar(0, max(growth), f"in_flight_growth_x100[{name}]")
-        model.Add(per_stage == pv.schedule_chunks.linear(growth))
         grown = _product(model, f"in_flight_growth*index[{name}]", per_stage, index, max(growth) * max_pp)
         flight = model.NewIntVar(0, in_flight.worst_max, f"last_stage_in_flight_x100[{name}]")
         model.AddMinEquality(flight, [in_flight.worst, in_flight.least + grown])
