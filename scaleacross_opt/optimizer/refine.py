@@ -39,6 +39,7 @@ from ..errors import SimulationDeadlineError
 from ..simulator.paced import TimedEvaluate
 from ..spec import Plan
 from ..validation.plan_checks import validate_plan
+from .cpsat.crossings import CrossingCuts
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
 from .cpsat.objective import HORIZON_US
 from .cpsat.variables import PlanVars
@@ -181,6 +182,7 @@ class _Search:
         self.rng = random.Random(seed)
         self.uncut = pv.model.clone()  # before any no-good or incumbent cut: bounds of plans already cut off
         self.cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()
+        self.crossing_cuts = CrossingCuts(pv)
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def _canonical(self, plan: Plan) -> tuple[Plan, dict[int, int] | None]:
@@ -226,6 +228,7 @@ class _Search:
         self.stats.candidates_simulated += 1
         if assignment is not None:
             add_nogood(self.pv, assignment)
+            self.crossing_cuts.learn(plan, assignment)  # local search's plans too
         candidate = self.evaluated[key] = Candidate(plan, bound_s, report)
         if key in self.estimates:
             self.overshoot = max(self.overshoot, self.estimates[key] / report.step_time_s - 1)
@@ -401,6 +404,8 @@ class _Search:
                 add_nogood(pv, same)
                 stats.candidates_rejected += 1
                 continue
+            # the model proposed it: its family's crossings, if it has any, bound the next rounds
+            self.crossing_cuts.learn(plan, same)
             if self.best is not None and self.hopeless(plan, self.best.report.step_time_s):
                 add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
                 continue

@@ -117,6 +117,12 @@ class PipelineSchedule(ABC):
         ``in_flight_microbatches``); 0 unless a schedule knows better."""
         return 0.0
 
+    def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
+        """Closed form of the fewest times, over the pp − 1 stage boundaries, that one path of the op graph
+        crosses a boundary at most (``optimizer.cpsat.crossings``: each crossing of a building boundary costs a
+        route latency); None where the schedule has none (the op graph is counted instead)."""
+        return None
+
     @abstractmethod
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""

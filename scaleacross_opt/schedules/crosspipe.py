@@ -56,6 +56,10 @@ class CrossPipeUnidirectional(PipelineSchedule):
         """min(2p − 1, m)."""
         return float(min(2 * pp - 1, num_microbatches))
 
+    def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """2m/p at every boundary: once per window and direction."""
+        return 2 * num_microbatches // pp
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)(m + p)/(2·p·m), i.e. T_F = T_B in (p−1)/m·(1 + (m/p − 1)·T_B/(T_F+T_B))."""
         return (pp - 1) * (num_microbatches + pp) / (2 * pp * num_microbatches)

@@ -37,6 +37,11 @@ class GPipe(PipelineSchedule):
         """Every stage holds all m micro-batches before its first backward."""
         return self.in_flight_microbatches(pp, virtual_stages, num_microbatches)
 
+    def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """2: every stage runs all its forwards before any backward, so a path crosses a boundary once forward
+        and once back."""
+        return 2
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/m."""
         return (pp - 1) / num_microbatches

@@ -39,6 +39,12 @@ class OneFOneB(PipelineSchedule):
         """min(p, m)."""
         return float(min(pp, num_microbatches))
 
+    def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """The boundary after c stages is crossed 2·max(1, ⌊(m + c − p)/2⌋ + 1) times (the warm-ups of its two
+        stages differ by one, so a forward and a backward alternate across it about once per micro-batch):
+        fewest at c = 1."""
+        return 2 * max(1, (num_microbatches + 1 - pp) // 2 + 1)
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/m."""
         return (pp - 1) / num_microbatches

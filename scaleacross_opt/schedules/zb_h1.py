@@ -50,6 +50,10 @@ class ZeroBubbleH1(PipelineSchedule):
         """p on every stage (m ≥ p)."""
         return float(pp)
 
+    def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """1F1B's, 2·max(1, ⌊(m + 1 − p)/2⌋ + 1): the W ops only fill its gaps; its F and B alternate as in 1F1B."""
+        return 2 * max(1, (num_microbatches + 1 - pp) // 2 + 1)
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)(T_F+T_B−T_W) / (m(T_F+T_B+T_W)) with T_F = T_B = T_W: (p−1)/(3m)."""
         return (pp - 1) / (3 * num_microbatches)

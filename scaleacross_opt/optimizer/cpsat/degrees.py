@@ -54,25 +54,35 @@ def add_degree_constraints(pv: PlanVars) -> InFlight:
     return _add_schedule_table(pv)
 
 
+def schedule_runs(pv: PlanVars) -> list[tuple[int, str, int, int, int]]:
+    """(schedule-chunk index, schedule, v, pp, m) of every combination that can run: pp·v ≤ the model's layers
+    and the schedule accepts (pp, v, m). Tables keyed by these rows must list them all."""
+    return [(index, name, v, pp, m) for index, (name, v) in enumerate(pv.schedule_chunks.values)
+            for pp in pv.pp.values for m in pv.microbatch_values
+            if pp * v <= pv.instance.job.model_spec.layers and get_schedule(name).check(pp, v, m) is None]
+
+
+def schedule_index(pv: PlanVars, name: str) -> cp_model.IntVar:
+    """A variable equal to the index of the chosen (schedule, v) in ``pv.schedule_chunks.values``."""
+    index = pv.model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, name)
+    pv.model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
+    return index
+
+
 def _add_schedule_table(pv: PlanVars) -> InFlight:
     """Allowed (schedule-chunk index, pp, m) triples with the schedule's in-flight micro-batches."""
     model = pv.model
-    m_values = pv.microbatch_values
     rows = []
-    for index, (name, v) in enumerate(pv.schedule_chunks.values):
+    for index, name, v, pp, m in schedule_runs(pv):
         schedule = get_schedule(name)
-        for pp in pv.pp.values:
-            for m in m_values:
-                if pp * v <= pv.instance.job.model_spec.layers and schedule.check(pp, v, m) is None:
-                    worst = schedule.in_flight_microbatches(pp, v, m)
-                    least = schedule.least_in_flight_microbatches(pp, v, m)
-                    rows.append((index, pp, m, int(worst * IN_FLIGHT_SCALE + 0.999), int(least * IN_FLIGHT_SCALE)))
+        worst = schedule.in_flight_microbatches(pp, v, m)
+        least = schedule.least_in_flight_microbatches(pp, v, m)
+        rows.append((index, pp, m, int(worst * IN_FLIGHT_SCALE + 0.999), int(least * IN_FLIGHT_SCALE)))
     if not rows:
         model.AddBoolOr([])  # nothing can run: infeasible
         zero = model.NewConstant(0)
         return InFlight(zero, 0, zero, 0)
-    index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
-    model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
+    index = schedule_index(pv, "schedule_index")
     worst_max, least_max = max(r[3] for r in rows), max(r[4] for r in rows)
     worst = model.NewIntVar(0, worst_max, "in_flight_x100")
     least = model.NewIntVar(0, least_max, "least_in_flight_x100")

@@ -15,7 +15,8 @@ pipeline ≥ m·t_max + bubble + hops, with
   building's last stage (``_v_tip_chains``); split backward (ZB-H1): the LM-head stage's last B waits for
   the stages before it (their F+B ≥ layers·(c_min − W)) but may leave its trailing W ops (pp of them) to
   after it: pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
-pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link).
+pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link), and
+pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency (``crossings``).
 Turn at the first stage (schedules that are not V-shaped): stage 0 runs its ops in order, and between
 micro-batch 0's forward and backward of its latest chunk only a forwards (``turn_forwards``), while that
 micro-batch crosses every later stage's last chunk and comes back: pipeline ≥ m·t_0 − a·F_0 + chain + hops
@@ -61,6 +62,7 @@ from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
+from .crossings import add_crossing_bound, crossing_latencies_us
 from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -122,6 +124,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                   ) -> cp_model.IntVar:
     """Post the step-time terms; returns the step variable (µs), also stored in ``pv.terms``."""
     model, instance = pv.model, pv.instance
+    pv.cross_hop_us = crossing_latencies_us(coeffs)
     layers_pp, group_head = products["layers_pp"], products["group_head"]
     buildings = instance.cluster.buildings
     pp_mode = _is_pp_mode(pv)
@@ -267,6 +270,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1)).OnlyEnforceIf(mode_lit)
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
+    add_crossing_bound(pv, pipeline, pp_mode)  # PP across: one route latency per boundary crossing on a path
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
         # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)

@@ -132,6 +132,9 @@ class PlanVars:
     group_replicas: list[cp_model.IntVar]  # pp+dp: replicas of group g (0 for an empty group)
     group_min_boundaries: cp_model.IntVar  # pp+dp: fewest building boundaries on one group's pipeline
     terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
+    # one-way latency (µs) of the cheapest cross-building route per cross transport (``Coefficients.cross_hop_us``),
+    # the price of a boundary crossing (``crossings``); empty where crossings are not bounded
+    cross_hop_us: dict[Transport, int] = field(default_factory=dict)
 
     @property
     def buildings(self) -> list[str]:

@@ -1,0 +1,187 @@
+"""Building-boundary crossings on a pipeline's critical path (PP across buildings).
+
+Every path through a step's op graph (each stage runs its ops in order; an op waits for the op whose output it
+needs) that crosses a building boundary k times lasts at least k one-way latencies of that boundary: op
+durations and transfer bytes only add to it. The simulated pipeline ends no sooner than its longest path, so
+    pipeline ≥ N · λ,   N = min over boundary positions j of the most crossings of j on one path,
+with λ the cheapest one-way latency between two buildings for the plan's cross-building transport
+(``Coefficients.cross_hop_us``) and the minimum over every op order the simulator may run for the plan. Across a
+WAN this dominates: a 1F1B-like order pays about one crossing per micro-batch, not one per pipeline fill
+(1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) crossings of the boundary after c stages; cross-region GPT-3 175B, ZB-V
+pp32 m48: N = 60, so 1.8 s of the 2.74 s step, where the closed-form terms see 0.91 s).
+
+Schedules with a fixed order (all but ``orders_by_op_times``): N depends on (schedule, pp, v, m) only and the
+model carries a table of it (``add_crossing_bound``). It is computed exactly up to ``EXACT_OPS`` stage × chunk ×
+micro-batch units and extrapolated by whole periods beyond (``fixed_order_crossings``): that the counts repeat
+once three periods did, and never fall as m grows, is an observed property of the registered fixed orders, not a
+theorem (checked against the exact count for every one of them at pp ≤ 16, v ≤ 3, m ≤ 128: tests).
+Schedules that order ops by the op-duration ratio (ZB-V) run an order for the plan's own F:B:W ratio, a mean over
+stages that the shard shape, ZeRO stage and intra-building network set when every building has the same GPU:
+their cuts are learned from each plan the search examines (``CrossingCuts``), for that family, and not on
+clusters of mixed GPUs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from itertools import pairwise
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ...cost.step import build_workload
+from ...plan_defaults import fill_defaults
+from ...schedules import get_schedule
+from ...schedules.common import UNIT_OP_TIMES
+from ...simulator.engine import OpGraph, op_graph
+from ...spec import CrossBuilding, Plan
+from ..coefficients import Coefficients
+from .degrees import schedule_index, schedule_runs
+from .variables import OneHot, PlanVars, Transport
+
+EXACT_OPS = 1024  # pp·v·m up to which a fixed order's crossings are counted on its op graph (≤ ~3k ops, ~12 ms)
+# Crossings are bounded only where one costs at least this share of the cheapest layer's F+B+W: below it
+# every crossing on a path comes with ops that take longer, which the op-based terms already count (campus
+# links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs 1–5 s to build.
+LATENCY_LAYER_SHARE = 0.25
+
+
+def crossing_latencies_us(coeffs: Coefficients) -> dict[Transport, int]:
+    """λ per cross transport (``Coefficients.cross_hop_us``) where crossings are worth bounding, else {}."""
+    slowest = max(coeffs.cross_hop_us.values(), default=0)
+    return dict(coeffs.cross_hop_us) if slowest >= LATENCY_LAYER_SHARE * min(coeffs.layer_us.values()) else {}
+
+
+def boundary_crossings(graph: OpGraph) -> np.ndarray:
+    """For each boundary j = 1 … pp−1 (between stages j−1 and j), the most times one path of ``graph`` crosses it.
+
+    Longest path with unit weight on the data edges whose two stages lie on either side of j (stream edges and
+    the other data edges weigh 0), for every j at once, in topological order."""
+    boundaries = np.arange(1, graph.pp)
+    crossings = np.zeros((graph.num_ops, boundaries.size), dtype=np.int64)
+    stage, prev, dep = graph.stage.tolist(), graph.stream_prev.tolist(), graph.data_dep.tolist()
+    crossed: dict[tuple[int, int], np.ndarray] = {}
+    for op in graph.order.tolist():
+        row = crossings[prev[op]].copy() if prev[op] >= 0 else np.zeros(boundaries.size, dtype=np.int64)
+        source = dep[op]
+        if source >= 0:
+            key = (min(stage[source], stage[op]), max(stage[source], stage[op]))
+            if key not in crossed:
+                crossed[key] = ((boundaries > key[0]) & (boundaries <= key[1])).astype(np.int64)
+            np.maximum(row, crossings[source] + crossed[key], out=row)
+        crossings[op] = row
+    return crossings.max(axis=0, initial=0) if graph.num_ops else np.zeros(boundaries.size, dtype=np.int64)
+
+
+@lru_cache(maxsize=512)
+def least_crossings(schedule: str, pp: int, virtual_stages: int, num_microbatches: int,
+                    times: tuple[int, int, int]) -> int:
+    """min over boundary positions of ``boundary_crossings`` for one op order (cached)."""
+    crossings = boundary_crossings(op_graph(schedule, pp, virtual_stages, num_microbatches, times))
+    return int(crossings.min()) if crossings.size else 0
+
+
+PERIODS_SEEN = 3  # a period counts once the crossings grew by the same amount over this many in a row
+
+
+def fixed_order_crossings(schedule: str, pp: int, virtual_stages: int, num_microbatches: int,
+                          exact_ops: int = EXACT_OPS) -> int:
+    """A lower bound of ``least_crossings`` for a schedule with a fixed op order: the schedule's closed form
+    (``PipelineSchedule.least_boundary_crossings``) where it has one; else exact while pp·v·m ≤
+    ``exact_ops``. Beyond, from the largest accepted m under that size (or under 2·pp + 8, past the warm-up,
+    if larger), m₁: past its warm-up a fixed order
+    repeats every P micro-batches and its crossings grow by the same ΔN per period; where the counts at
+    m₁, m₁ − P, …, m₁ − 3P show that (the smallest such P of 1–4 and pp–4pp), N(m) ≥ N(m₁ − P + 1) +
+    ⌊(m − m₁)/P⌋·ΔN (N never falls as m grows); else N(m₁); 0 when even the smallest m is too large to count."""
+    closed_form = get_schedule(schedule).least_boundary_crossings(pp, virtual_stages, num_microbatches)
+    if closed_form is not None:
+        return closed_form
+    check = get_schedule(schedule).check
+
+    def exact(m: int) -> int:
+        return least_crossings(schedule, pp, virtual_stages, m, UNIT_OP_TIMES)
+
+    m = num_microbatches
+    if pp * virtual_stages * m <= exact_ops:
+        return exact(m)
+    # the base: the size counted exactly, but at least past a 1F1B-like warm-up (pp) and four periods of 2
+    base = max(exact_ops // (pp * virtual_stages), 2 * pp + 8)
+    m1 = next((k for k in range(min(base, m - 1), 0, -1) if check(pp, virtual_stages, k) is None), 0)
+    if not m1:
+        return 0
+    for period in sorted({1, 2, 3, 4, pp, 2 * pp, 3 * pp, 4 * pp}):
+        points = [m1 - i * period for i in range(PERIODS_SEEN + 1)]
+        if points[-1] < 1 or any(check(pp, virtual_stages, k) is not None for k in points):
+            continue
+        rises = {exact(a) - exact(b) for a, b in pairwise(points)}
+        if len(rises) == 1:
+            first = next(k for k in range(m1 - period + 1, m1 + 1) if check(pp, virtual_stages, k) is None)
+            return max(exact(m1), exact(first) + (m - m1) // period * rises.pop())
+    return exact(m1)
+
+
+def add_crossing_bound(pv: PlanVars, pipeline: cp_model.IntVar, pp_mode: cp_model.IntVar | None) -> None:
+    """PP across buildings with a fixed-order schedule: pipeline ≥ N(schedule, v, pp, m) · λ of the chosen
+    cross transport (module docstring), N from a table over every (schedule, v, pp, m) that can run."""
+    if pp_mode is None or pv.cross_transport is None or not pv.cross_hop_us:
+        return
+    rows = [(index, pp, m, fixed_order_crossings(name, pp, v, m)
+             if pp > 1 and not get_schedule(name).orders_by_op_times else 0)
+            for index, name, v, pp, m in schedule_runs(pv)]
+    most = max((row[3] for row in rows), default=0)
+    if most == 0:
+        return
+    crossings = pv.model.NewIntVar(0, most, "pipeline_boundary_crossings")
+    pv.model.AddAllowedAssignments([schedule_index(pv, "crossings_schedule_index"), pv.pp_var, pv.microbatches,
+                                    crossings], rows)
+    for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+        pv.model.Add(pipeline >= pv.cross_hop_us[transport] * crossings).OnlyEnforceIf([pp_mode, lit])
+
+
+def _chosen_lit(choice: OneHot, assignment: dict[int, int]) -> cp_model.IntVar | None:
+    """The literal of ``choice`` the assignment sets (None when the assignment does not fix it)."""
+    return next((lit for lit in choice.lits if assignment.get(lit.Index()) == 1), None)
+
+
+class CrossingCuts:
+    """The crossing cuts one search learns for schedules ordered by the op-duration ratio, one per plan family
+    (module docstring)."""
+
+    def __init__(self, pv: PlanVars):
+        self.pv = pv
+        self.families: set[tuple] = set()
+        self.microbatch_lits: dict[int, cp_model.IntVar] = {}
+
+    def learn(self, plan: Plan, assignment: dict[int, int]) -> bool:
+        """Post ``pipeline ≥ N·λ`` for the family of ``plan`` (its model assignment ``assignment``) at each cross
+        transport's λ, unless already posted; returns whether a new cut was posted (never for a plan that
+        does not run PP across buildings)."""
+        pv, instance = self.pv, self.pv.instance
+        if (plan.placement.cross_building is not CrossBuilding.PP or plan.pp < 2 or pv.cross_transport is None
+                or not pv.cross_hop_us or CrossBuilding.PP not in pv.mode.values):
+            return False
+        m = instance.job.global_batch_size // (plan.dp * plan.micro_batch_size)
+        fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
+                                                                 pv.intra_transport)]
+        if (not get_schedule(plan.schedule).orders_by_op_times  # fixed orders: ``add_crossing_bound``
+                or len({b.gpu for b in instance.cluster.buildings}) > 1 or any(lit is None for lit in fixed)):
+            return False
+        conditions = [pv.mode.lit(CrossBuilding.PP), pv.schedule_chunks.lit((plan.schedule, plan.virtual_stages)),
+                      pv.pp.lit(plan.pp), *fixed]
+        family = (m, *(lit.Index() for lit in conditions))
+        if family in self.families:
+            return False
+        self.families.add(family)
+        workload = build_workload(instance, fill_defaults(instance, plan))
+        crossings = min(least_crossings(plan.schedule, plan.pp, plan.virtual_stages, m, times)
+                        for times in workload.candidate_op_times())
+        if crossings == 0:
+            return False
+        if m not in self.microbatch_lits:  # true whenever the plan runs m micro-batches (free otherwise)
+            lit = self.microbatch_lits[m] = pv.model.NewBoolVar(f"microbatches_are[{m}]")
+            pv.model.Add(pv.microbatches != m).OnlyEnforceIf(lit.Not())
+        conditions.append(self.microbatch_lits[m])
+        pipeline = pv.terms["pipeline"]
+        for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+            pv.model.Add(pipeline >= crossings * pv.cross_hop_us[transport]).OnlyEnforceIf([*conditions, lit])
+        return True

@@ -1,0 +1,180 @@
+"""Learned crossing cuts (``optimizer.cpsat.crossings``): across a slow building boundary the pipeline pays
+one one-way latency per crossing on its critical path, and the CP-SAT model learns that count per plan family."""
+
+from __future__ import annotations
+
+import random
+from itertools import product
+
+import pytest
+
+from scaleacross_opt.cost.step import build_workload
+from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
+from scaleacross_opt.optimizer.cpsat.build import build_model
+from scaleacross_opt.optimizer.cpsat.crossings import (
+    CrossingCuts,
+    boundary_crossings,
+    fixed_order_crossings,
+    least_crossings,
+)
+from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
+from scaleacross_opt.optimizer.neighbourhood import place, random_plan
+from scaleacross_opt.optimizer.refine import plan_bound_us
+from scaleacross_opt.optimizer.space import design_space
+from scaleacross_opt.plan_defaults import fill_defaults
+from scaleacross_opt.schedules import get_schedule
+from scaleacross_opt.schedules.common import UNIT_OP_TIMES
+from scaleacross_opt.schedules.registry import schedule_names
+from scaleacross_opt.simulator import simulate
+from scaleacross_opt.simulator.engine import op_graph
+from scaleacross_opt.spec import CrossBuilding, Plan
+
+WAN_LATENCY_US = 20_000  # a cross-region link: the crossings dominate the step
+
+
+@pytest.fixture(scope="module")
+def wan_small(load_shipped_instance):
+    """The small two-building instance over a 20 ms link, with ZB-V among its schedules."""
+    return load_shipped_instance("small-two-buildings-llama3-8b").with_updates(
+        {"cluster.links[0].latency_us": WAN_LATENCY_US,
+         "search.schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-v", "crosspipe-unidirectional"]})
+
+
+def _latency_us(pv, plan: Plan) -> int:
+    """The model's one-way latency of the cross transport ``plan`` uses."""
+    wanted = plan.network.cross_building.model_dump(exclude={"collective_algorithm"})
+    transport = next(t for t in pv.cross_transport.values
+                     if t.config.model_dump(exclude={"collective_algorithm"}) == wanted)
+    return pv.cross_hop_us[transport]
+
+
+def test_closed_forms_count_the_op_graphs_crossings() -> None:
+    """1F1B, ZB-H1, GPipe, the window schedule and DualPipe state their least boundary crossings in closed form;
+    each equals the count on the op graph, boundary by boundary (1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) after c
+    stages)."""
+    for pp in (2, 3, 4, 8):
+        for m in (1, 2, 5, 8, 13, 24):
+            expected = [2 * max(1, (m + c - pp) // 2 + 1) for c in range(1, pp)]
+            assert boundary_crossings(op_graph("1f1b", pp, 1, m)).tolist() == expected, (pp, m)
+    checked = 0
+    for name in schedule_names():
+        schedule = get_schedule(name)
+        for pp, v, m in product((2, 3, 4, 6, 8), (1, 2), range(1, 41)):
+            closed = schedule.least_boundary_crossings(pp, v, m)
+            if closed is None or schedule.check(pp, v, m) is not None:
+                continue
+            assert closed == least_crossings(name, pp, v, m, UNIT_OP_TIMES), (name, pp, v, m)
+            checked += 1
+    assert checked > 500
+
+
+def test_counted_crossings_extrapolate_below_the_exact_count() -> None:
+    """Interleaved 1F1B has no closed form: counted on its op graph up to a size, extrapolated by whole periods
+    beyond (never above the count, which never falls as m grows)."""
+    name = "interleaved-1f1b"
+    schedule = get_schedule(name)
+    extrapolated = 0
+    for pp, v in product((2, 3, 4, 8), (2, 3)):
+        counts = [least_crossings(name, pp, v, m, UNIT_OP_TIMES) for m in range(1, 97)
+                  if schedule.check(pp, v, m) is None]
+        assert counts == sorted(counts)
+        for m in range(1, 97):
+            if schedule.check(pp, v, m) is not None:
+                continue
+            exact = least_crossings(name, pp, v, m, UNIT_OP_TIMES)
+            for size in (4, 16, 48):
+                bound = fixed_order_crossings(name, pp, v, m, exact_ops=pp * v * size)
+                assert bound <= exact, (pp, v, m, size)
+                extrapolated += size < m and bound > least_crossings(name, pp, v, size // pp * pp or pp,
+                                                                     UNIT_OP_TIMES)
+    assert extrapolated > 50  # the periods are found, not just the count at the base carried over
+
+
+def test_no_pp_across_plan_is_faster_than_its_crossings_times_the_route_latency(wan_small) -> None:
+    space = prune_space(wan_small, design_space(wan_small))
+    pv = build_model(wan_small, space, build_coefficients(wan_small, space))
+    rng = random.Random(7)
+    per_schedule: dict[str, int] = {}
+    for _ in range(400):
+        drawn = random_plan(wan_small, space, rng)
+        plan = drawn and drawn.pp > 1 and place(wan_small, drawn, CrossBuilding.PP)
+        if not plan or per_schedule.get(plan.schedule, 0) >= 2:
+            continue
+        workload = build_workload(wan_small, fill_defaults(wan_small, plan))
+        crossings = min(least_crossings(plan.schedule, plan.pp, plan.virtual_stages, workload.num_microbatches,
+                                        times) for times in workload.candidate_op_times())
+        assert crossings >= 2  # at least micro-batch 0's forward out and backward back
+        assert simulate(wan_small, plan).step_time_s >= crossings * _latency_us(pv, plan) * 1e-6, plan
+        per_schedule[plan.schedule] = per_schedule.get(plan.schedule, 0) + 1
+    seen = set(per_schedule)
+    assert seen == {"gpipe", "1f1b", "interleaved-1f1b", "zb-v", "crosspipe-unidirectional"}
+
+
+def test_pp_across_plans_are_bounded_by_their_crossings(wan_small) -> None:
+    """Fixed orders: the model's table gives each (schedule, v, pp, m) its crossings, and under PP across the
+    pipeline lasts at least that many route latencies; with a fast link (a crossing cheaper than a quarter
+    layer) the table is not built."""
+    from ortools.sat.python import cp_model
+
+    space = prune_space(wan_small, design_space(wan_small))
+    pv = build_model(wan_small, space, build_coefficients(wan_small, space))
+    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
+    base = Plan(tp=2, cp=1, pp=4, dp=16, virtual_stages=1, micro_batch_size=1, schedule="1f1b", zero_stage=1,
+                network=network, tp_comm_overlap=space.tp_comm_overlap)
+    plan = place(wan_small, fill_defaults(wan_small, base), CrossBuilding.PP)
+    for index, value in plan_assignment(pv, plan).items():
+        pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
+    solver = cp_model.CpSolver()
+    assert solver.Solve(pv.model) == cp_model.OPTIMAL
+    crossings = next(var for var in pv.model.Proto().variables if var.name == "pipeline_boundary_crossings")
+    count = solver.Value(pv.model.get_int_var_from_proto_index(list(pv.model.Proto().variables).index(crossings)))
+    assert count == 2 * max(1, (8 + 1 - 4) // 2 + 1)  # 1F1B, m = 128 / (16 · 1), the first boundary
+    assert solver.Value(pv.terms["pipeline"]) >= count * _latency_us(pv, plan)
+    assert solver.ObjectiveValue() * 1e-6 <= simulate(wan_small, plan).step_time_s
+    campus = wan_small.with_updates({"cluster.links[0].latency_us": 150})
+    campus_space = prune_space(campus, design_space(campus))
+    assert not build_model(campus, campus_space, build_coefficients(campus, campus_space)).cross_hop_us
+
+
+def test_a_zb_v_plan_teaches_the_model_its_familys_crossings(load_shipped_instance) -> None:
+    """ZB-V across the cross-region WAN (30 ms): the closed-form terms bound its pp32 plan at 0.91 s, but its
+    order crosses the boundary 60 times (2.74 s simulated); once examined, its family is bounded by that."""
+    instance = load_shipped_instance("cross-region-gpt3-175b")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
+    base = Plan(tp=2, cp=4, pp=32, dp=32, virtual_stages=2, micro_batch_size=1, schedule="zb-v", zero_stage=1,
+                network=network, tp_comm_overlap=space.tp_comm_overlap)
+    plan = place(instance, fill_defaults(instance, base), CrossBuilding.PP)
+    other_m = place(instance, fill_defaults(instance, base.model_copy(update={"micro_batch_size": 2})),
+                    CrossBuilding.PP)
+    assignments = {"plan": plan_assignment(pv, plan), "other_m": plan_assignment(pv, other_m)}
+    before = {name: plan_bound_us(pv, a, seed=0) for name, a in assignments.items()}
+    cuts = CrossingCuts(pv)
+    assert cuts.learn(plan, assignments["plan"])
+    assert not cuts.learn(plan, assignments["plan"])  # one cut per family
+    after = {name: plan_bound_us(pv, a, seed=0) for name, a in assignments.items()}
+    crossings = min(least_crossings("zb-v", 32, 2, 48, times)
+                    for times in build_workload(instance, plan).candidate_op_times())
+    assert after["plan"] >= crossings * _latency_us(pv, plan) > 1.5 * before["plan"]
+    assert after["plan"] * 1e-6 <= simulate(instance, plan).step_time_s
+    assert after["other_m"] == before["other_m"]  # another m: another family
+
+
+def test_a_zb_v_family_runs_one_op_order(wan_small) -> None:
+    """ZB-V orders its ops by the F:B:W ratio: the plans its cut covers (same shape, ZeRO stage and intra
+    network on one GPU type) must run the same candidate orders whatever their stage split or cross network."""
+    space = prune_space(wan_small, design_space(wan_small))
+    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
+    base = fill_defaults(wan_small, Plan(tp=2, cp=1, pp=4, dp=16, virtual_stages=2, micro_batch_size=1,
+                                         schedule="zb-v", zero_stage=1, network=network,
+                                         tp_comm_overlap=space.tp_comm_overlap))
+    placed = place(wan_small, base, CrossBuilding.PP)
+    assert placed.placement.layers_per_stage == [8, 8, 8, 8]
+    variants = [placed,
+                placed.model_copy(update={"placement": placed.placement.model_copy(
+                    update={"layers_per_stage": [10, 8, 8, 6]})}),
+                placed.model_copy(update={"network": placed.network.model_copy(
+                    update={"cross_building": space.cross_network[-1]})})]
+    orders = {tuple(build_workload(wan_small, p).candidate_op_times()) for p in variants}
+    assert len(orders) == 1 and len(next(iter(orders))) == 2  # the unit order and the plan's own ratio's
