@@ -11,10 +11,12 @@ WAN this dominates: a 1F1B-like order pays about one crossing per micro-batch, n
 pp32 m48: N = 60, so 1.8 s of the 2.74 s step, where the closed-form terms see 0.91 s).
 
 Schedules with a fixed order (all but ``orders_by_op_times``): N depends on (schedule, pp, v, m) only and the
-model carries a table of it (``add_crossing_bound``). It is computed exactly up to ``EXACT_OPS`` stage × chunk ×
+model carries a table of it (``add_crossing_bound``): the schedule's closed form where it states one
+(``PipelineSchedule.least_boundary_crossings``: 1F1B, ZB-H1, GPipe, the window schedule, DualPipe; each equal to
+the op-graph count, tests), else (interleaved 1F1B) counted on the op graph up to ``EXACT_OPS`` stage × chunk ×
 micro-batch units and extrapolated by whole periods beyond (``fixed_order_crossings``): that the counts repeat
-once three periods did, and never fall as m grows, is an observed property of the registered fixed orders, not a
-theorem (checked against the exact count for every one of them at pp ≤ 16, v ≤ 3, m ≤ 128: tests).
+once three periods did, and never fall as m grows, is an observed property of that order, not a theorem
+(checked against the exact count at pp ≤ 8, v ≤ 3, m ≤ 96: tests).
 Schedules that order ops by the op-duration ratio (ZB-V) run an order for the plan's own F:B:W ratio, a mean over
 stages that the shard shape, ZeRO stage and intra-building network set when every building has the same GPU:
 their cuts are learned from each plan the search examines (``CrossingCuts``), for that family, and not on
@@ -42,7 +44,7 @@ from .variables import OneHot, PlanVars, Transport
 EXACT_OPS = 1024  # pp·v·m up to which a fixed order's crossings are counted on its op graph (≤ ~3k ops, ~12 ms)
 # Crossings are bounded only where one costs at least this share of the cheapest layer's F+B+W: below it
 # every crossing on a path comes with ops that take longer, which the op-based terms already count (campus
-# links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs 1–5 s to build.
+# links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs ~0.4 s to build.
 LATENCY_LAYER_SHARE = 0.25
 
 
