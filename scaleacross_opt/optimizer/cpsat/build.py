@@ -7,6 +7,7 @@ from ortools.sat.python import cp_model
 from ...spec import Instance
 from ..coefficients import Coefficients
 from ..space import DesignSpace
+from .crossings import crossing_latencies_us
 from .degrees import add_degree_constraints
 from .extract import fix_irrelevant_choices
 from .memory import add_memory_constraints
@@ -19,6 +20,7 @@ def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) ->
     """The full model: variables, degree/placement/memory constraints and the step-time objective."""
     model = cp_model.CpModel()
     pv = create_variables(model, instance, space)
+    pv.cross_hop_us = crossing_latencies_us(coeffs)
     in_flight = add_degree_constraints(pv)
     products = add_placement_constraints(pv)
     add_memory_constraints(pv, coeffs, in_flight, products["stage_layers"], products["timed_layers"],

@@ -14,13 +14,14 @@ Schedules with a fixed order (all but ``orders_by_op_times``): N depends on (sch
 model carries a table of it (``add_crossing_bound``): the schedule's closed form where it states one
 (``PipelineSchedule.least_boundary_crossings``: 1F1B, ZB-H1, GPipe, the window schedule, DualPipe; each equal to
 the op-graph count, tests), else (interleaved 1F1B) counted on the op graph up to ``EXACT_OPS`` stage × chunk ×
-micro-batch units and extrapolated by whole periods beyond (``fixed_order_crossings``): that the counts repeat
-once three periods did, and never fall as m grows, is an observed property of that order, not a theorem
-(checked against the exact count at pp ≤ 8, v ≤ 3, m ≤ 96: tests).
+micro-batch units and extrapolated by whole periods beyond (``fixed_order_crossings``): that each later period
+adds at least the least rise of the last six, and that the count never falls as m grows, is an observed
+property of that order, not a theorem (checked against the exact count at pp ≤ 16, v ≤ 3: tests).
 Schedules that order ops by the op-duration ratio (ZB-V) run an order for the plan's own F:B:W ratio, a mean over
-stages that the shard shape, ZeRO stage and intra-building network set when every building has the same GPU:
+stages that the shard shape, ZeRO stage and intra-building network set when every building prices ops alike
+(same GPU, node, fabric and NVLink domain; the mean is then the whole model's, whatever the split):
 their cuts are learned from each plan the search examines (``CrossingCuts``), for that family, and not on
-clusters of mixed GPUs.
+clusters whose buildings differ.
 """
 
 from __future__ import annotations
@@ -31,17 +32,19 @@ from itertools import pairwise
 import numpy as np
 from ortools.sat.python import cp_model
 
+from ...cost.layout import nvlink_domain
 from ...cost.step import build_workload
 from ...plan_defaults import fill_defaults
 from ...schedules import get_schedule
 from ...schedules.common import UNIT_OP_TIMES
 from ...simulator.engine import OpGraph, op_graph
-from ...spec import CrossBuilding, Plan
+from ...spec import CrossBuilding, Instance, Plan
 from ..coefficients import Coefficients
-from .degrees import schedule_index, schedule_runs
+from .degrees import schedule_runs
 from .variables import OneHot, PlanVars, Transport
 
 EXACT_OPS = 1024  # pp·v·m up to which a fixed order's crossings are counted on its op graph (≤ ~3k ops, ~12 ms)
+PERIODS_SEEN = 6  # spans of P micro-batches a count's growth is read over before it is extrapolated
 # Crossings are bounded only where one costs at least this share of the cheapest layer's F+B+W: below it
 # every crossing on a path comes with ops that take longer, which the op-based terms already count (campus
 # links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs ~0.4 s to build.
@@ -72,7 +75,7 @@ def boundary_crossings(graph: OpGraph) -> np.ndarray:
                 crossed[key] = ((boundaries > key[0]) & (boundaries <= key[1])).astype(np.int64)
             np.maximum(row, crossings[source] + crossed[key], out=row)
         crossings[op] = row
-    return crossings.max(axis=0, initial=0) if graph.num_ops else np.zeros(boundaries.size, dtype=np.int64)
+    return crossings.max(axis=0, initial=0)
 
 
 @lru_cache(maxsize=512)
@@ -83,18 +86,16 @@ def least_crossings(schedule: str, pp: int, virtual_stages: int, num_microbatche
     return int(crossings.min()) if crossings.size else 0
 
 
-PERIODS_SEEN = 3  # a period counts once the crossings grew by the same amount over this many in a row
-
-
 def fixed_order_crossings(schedule: str, pp: int, virtual_stages: int, num_microbatches: int,
                           exact_ops: int = EXACT_OPS) -> int:
     """A lower bound of ``least_crossings`` for a schedule with a fixed op order: the schedule's closed form
-    (``PipelineSchedule.least_boundary_crossings``) where it has one; else exact while pp·v·m ≤
-    ``exact_ops``. Beyond, from the largest accepted m under that size (or under 2·pp + 8, past the warm-up,
-    if larger), m₁: past its warm-up a fixed order
-    repeats every P micro-batches and its crossings grow by the same ΔN per period; where the counts at
-    m₁, m₁ − P, …, m₁ − 3P show that (the smallest such P of 1–4 and pp–4pp), N(m) ≥ N(m₁ − P + 1) +
-    ⌊(m − m₁)/P⌋·ΔN (N never falls as m grows); else N(m₁); 0 when even the smallest m is too large to count."""
+    (``PipelineSchedule.least_boundary_crossings``) where it has one; else exact while pp·v·m ≤ ``exact_ops``.
+    Beyond, from a base m₁, the largest accepted m ≤ max(``exact_ops``/(pp·v), 7·pp + 8) below m (counted
+    exactly: up to ~30k ops at pp·v = 64): past its warm-up a fixed order repeats, so over each of the last
+    ``PERIODS_SEEN`` spans of P micro-batches before m₁ (the smallest P of 1–4 and pp–4pp whose span ends are all
+    accepted) the count grew by ΔN or more, ΔN the least of those rises, and N(m) ≥ N(m₁) + ⌊(m − m₁)/P⌋·ΔN (each
+    period adds ΔN or more, and the count never falls as m grows); N(m₁) where no P fits; 0 where no m below m
+    is accepted."""
     closed_form = get_schedule(schedule).least_boundary_crossings(pp, virtual_stages, num_microbatches)
     if closed_form is not None:
         return closed_form
@@ -106,19 +107,16 @@ def fixed_order_crossings(schedule: str, pp: int, virtual_stages: int, num_micro
     m = num_microbatches
     if pp * virtual_stages * m <= exact_ops:
         return exact(m)
-    # the base: the size counted exactly, but at least past a 1F1B-like warm-up (pp) and four periods of 2
-    base = max(exact_ops // (pp * virtual_stages), 2 * pp + 8)
+    base = max(exact_ops // (pp * virtual_stages), (PERIODS_SEEN + 1) * pp + 8)
     m1 = next((k for k in range(min(base, m - 1), 0, -1) if check(pp, virtual_stages, k) is None), 0)
     if not m1:
         return 0
     for period in sorted({1, 2, 3, 4, pp, 2 * pp, 3 * pp, 4 * pp}):
-        points = [m1 - i * period for i in range(PERIODS_SEEN + 1)]
-        if points[-1] < 1 or any(check(pp, virtual_stages, k) is not None for k in points):
+        ends = [m1 - i * period for i in range(PERIODS_SEEN + 1)]
+        if ends[-1] < 1 or any(check(pp, virtual_stages, k) is not None for k in ends):
             continue
-        rises = {exact(a) - exact(b) for a, b in pairwise(points)}
-        if len(rises) == 1:
-            first = next(k for k in range(m1 - period + 1, m1 + 1) if check(pp, virtual_stages, k) is None)
-            return max(exact(m1), exact(first) + (m - m1) // period * rises.pop())
+        rise = min(exact(a) - exact(b) for a, b in pairwise(ends))
+        return exact(m1) + (m - m1) // period * max(rise, 0)
     return exact(m1)
 
 
@@ -134,8 +132,7 @@ def add_crossing_bound(pv: PlanVars, pipeline: cp_model.IntVar, pp_mode: cp_mode
     if most == 0:
         return
     crossings = pv.model.NewIntVar(0, most, "pipeline_boundary_crossings")
-    pv.model.AddAllowedAssignments([schedule_index(pv, "crossings_schedule_index"), pv.pp_var, pv.microbatches,
-                                    crossings], rows)
+    pv.model.AddAllowedAssignments([pv.schedule_index, pv.pp_var, pv.microbatches, crossings], rows)
     for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
         pv.model.Add(pipeline >= pv.cross_hop_us[transport] * crossings).OnlyEnforceIf([pp_mode, lit])
 
@@ -143,6 +140,14 @@ def add_crossing_bound(pv: PlanVars, pipeline: cp_model.IntVar, pp_mode: cp_mode
 def _chosen_lit(choice: OneHot, assignment: dict[int, int]) -> cp_model.IntVar | None:
     """The literal of ``choice`` the assignment sets (None when the assignment does not fix it)."""
     return next((lit for lit in choice.lits if assignment.get(lit.Index()) == 1), None)
+
+
+def _uniform_buildings(instance: Instance) -> bool:
+    """Whether every building prices an op alike (GPU, node, fabric, a whole NVLink domain), so that a stage's op
+    durations do not depend on where it runs."""
+    kinds = {(b.gpu_spec.model_dump_json(), b.gpus_per_node, b.fabric_oversubscription, b.fabric_latency_us,
+              nvlink_domain(b)) for b in instance.cluster.buildings}
+    return len(kinds) == 1
 
 
 class CrossingCuts:
@@ -166,7 +171,7 @@ class CrossingCuts:
         fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
                                                                  pv.intra_transport)]
         if (not get_schedule(plan.schedule).orders_by_op_times  # fixed orders: ``add_crossing_bound``
-                or len({b.gpu for b in instance.cluster.buildings}) > 1 or any(lit is None for lit in fixed)):
+                or not _uniform_buildings(instance) or any(lit is None for lit in fixed)):
             return False
         conditions = [pv.mode.lit(CrossBuilding.PP), pv.schedule_chunks.lit((plan.schedule, plan.virtual_stages)),
                       pv.pp.lit(plan.pp), *fixed]

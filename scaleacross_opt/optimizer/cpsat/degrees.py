@@ -62,13 +62,6 @@ def schedule_runs(pv: PlanVars) -> list[tuple[int, str, int, int, int]]:
             if pp * v <= pv.instance.job.model_spec.layers and get_schedule(name).check(pp, v, m) is None]
 
 
-def schedule_index(pv: PlanVars, name: str) -> cp_model.IntVar:
-    """A variable equal to the index of the chosen (schedule, v) in ``pv.schedule_chunks.values``."""
-    index = pv.model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, name)
-    pv.model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
-    return index
-
-
 def _add_schedule_table(pv: PlanVars) -> InFlight:
     """Allowed (schedule-chunk index, pp, m) triples with the schedule's in-flight micro-batches."""
     model = pv.model
@@ -82,7 +75,8 @@ def _add_schedule_table(pv: PlanVars) -> InFlight:
         model.AddBoolOr([])  # nothing can run: infeasible
         zero = model.NewConstant(0)
         return InFlight(zero, 0, zero, 0)
-    index = schedule_index(pv, "schedule_index")
+    index = pv.schedule_index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
+    model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
     worst_max, least_max = max(r[3] for r in rows), max(r[4] for r in rows)
     worst = model.NewIntVar(0, worst_max, "in_flight_x100")
     least = model.NewIntVar(0, least_max, "least_in_flight_x100")

@@ -62,7 +62,7 @@ from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
-from .crossings import add_crossing_bound, crossing_latencies_us
+from .crossings import add_crossing_bound
 from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -124,7 +124,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                   ) -> cp_model.IntVar:
     """Post the step-time terms; returns the step variable (µs), also stored in ``pv.terms``."""
     model, instance = pv.model, pv.instance
-    pv.cross_hop_us = crossing_latencies_us(coeffs)
     layers_pp, group_head = products["layers_pp"], products["group_head"]
     buildings = instance.cluster.buildings
     pp_mode = _is_pp_mode(pv)

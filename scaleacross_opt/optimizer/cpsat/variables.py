@@ -135,6 +135,8 @@ class PlanVars:
     # one-way latency (µs) of the cheapest cross-building route per cross transport (``Coefficients.cross_hop_us``),
     # the price of a boundary crossing (``crossings``); empty where crossings are not bounded
     cross_hop_us: dict[Transport, int] = field(default_factory=dict)
+    # index of the chosen (schedule, v) in ``schedule_chunks.values`` (the schedule table's key; set by ``degrees``)
+    schedule_index: cp_model.IntVar | None = None
 
     @property
     def buildings(self) -> list[str]:
