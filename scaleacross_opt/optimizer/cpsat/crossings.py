@@ -47,7 +47,7 @@ EXACT_OPS = 1024  # pp·v·m up to which a fixed order's crossings are counted o
 PERIODS_SEEN = 6  # spans of P micro-batches a count's growth is read over before it is extrapolated
 # Crossings are bounded only where one costs at least this share of the cheapest layer's F+B+W: below it
 # every crossing on a path comes with ops that take longer, which the op-based terms already count (campus
-# links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs ~0.4 s to build.
+# links of 100–200 µs against ≥ 1.3 ms layers); leaving a bound out is sound, and the table costs about 1 s to build.
 LATENCY_LAYER_SHARE = 0.25
 
 
