@@ -49,6 +49,16 @@ def _latency_us(pv, plan: Plan) -> int:
     return pv.cross_hop_us[transport]
 
 
+def _model_and_plan(instance, **degrees) -> tuple:
+    """(the CP-SAT model of ``instance``'s pruned space, the plan of ``degrees`` with ZeRO-1 and the space's first
+    network options, that plan placed PP across at the default counts)."""
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
+    base = Plan(zero_stage=1, network=network, tp_comm_overlap=space.tp_comm_overlap, **degrees)
+    return pv, base, place(instance, fill_defaults(instance, base), CrossBuilding.PP)
+
+
 def test_closed_forms_count_the_op_graphs_crossings() -> None:
     """1F1B, ZB-H1, GPipe, the window schedule and DualPipe state their least boundary crossings in closed form;
     each equals the count on the op graph, boundary by boundary (1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) after c
@@ -113,12 +123,8 @@ def test_pp_across_plans_are_bounded_by_their_crossings(wan_small) -> None:
     layer) the table is not built."""
     from ortools.sat.python import cp_model
 
-    space = prune_space(wan_small, design_space(wan_small))
-    pv = build_model(wan_small, space, build_coefficients(wan_small, space))
-    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
-    base = Plan(tp=2, cp=1, pp=4, dp=16, virtual_stages=1, micro_batch_size=1, schedule="1f1b", zero_stage=1,
-                network=network, tp_comm_overlap=space.tp_comm_overlap)
-    plan = place(wan_small, fill_defaults(wan_small, base), CrossBuilding.PP)
+    pv, _, plan = _model_and_plan(wan_small, tp=2, cp=1, pp=4, dp=16, virtual_stages=1, micro_batch_size=1,
+                                  schedule="1f1b")
     for index, value in plan_assignment(pv, plan).items():
         pv.model.Add(pv.model.get_int_var_from_proto_index(index) == value)
     solver = cp_model.CpSolver()
@@ -137,12 +143,8 @@ def test_a_zb_v_plan_teaches_the_model_its_familys_crossings(load_shipped_instan
     """ZB-V across the cross-region WAN (30 ms): the closed-form terms bound its pp32 plan at 0.91 s, but its
     order crosses the boundary 60 times (2.74 s simulated); once examined, its family is bounded by that."""
     instance = load_shipped_instance("cross-region-gpt3-175b")
-    space = prune_space(instance, design_space(instance))
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
-    base = Plan(tp=2, cp=4, pp=32, dp=32, virtual_stages=2, micro_batch_size=1, schedule="zb-v", zero_stage=1,
-                network=network, tp_comm_overlap=space.tp_comm_overlap)
-    plan = place(instance, fill_defaults(instance, base), CrossBuilding.PP)
+    zb_v = {"tp": 2, "cp": 4, "pp": 32, "dp": 32, "virtual_stages": 2, "micro_batch_size": 1, "schedule": "zb-v"}
+    pv, base, plan = _model_and_plan(instance, **zb_v)
     other_m = place(instance, fill_defaults(instance, base.model_copy(update={"micro_batch_size": 2})),
                     CrossBuilding.PP)
     assignments = {"plan": plan_assignment(pv, plan), "other_m": plan_assignment(pv, other_m)}
@@ -158,28 +160,21 @@ def test_a_zb_v_plan_teaches_the_model_its_familys_crossings(load_shipped_instan
     assert after["other_m"] == before["other_m"]  # another m: another family
     # where buildings price ops differently, a stage's durations depend on where it runs: nothing is learned
     uneven = instance.with_updates({"cluster.buildings[1].fabric_oversubscription": 4})
-    uneven_space = prune_space(uneven, design_space(uneven))
-    uneven_pv = build_model(uneven, uneven_space, build_coefficients(uneven, uneven_space))
-    uneven_network = {"intra_building": uneven_space.intra_network[0], "cross_building": uneven_space.cross_network[0]}
-    uneven_plan = place(uneven, fill_defaults(uneven, Plan.model_validate(
-        base.model_dump() | {"network": uneven_network})), CrossBuilding.PP)
+    uneven_pv, _, uneven_plan = _model_and_plan(uneven, **zb_v)
     assert not CrossingCuts(uneven_pv).learn(uneven_plan, plan_assignment(uneven_pv, uneven_plan))
 
 
 def test_a_zb_v_family_runs_one_op_order(wan_small) -> None:
     """ZB-V orders its ops by the F:B:W ratio: the plans its cut covers (same shape, ZeRO stage and intra
-    network on one GPU type) must run the same candidate orders whatever their stage split or cross network."""
-    space = prune_space(wan_small, design_space(wan_small))
-    network = {"intra_building": space.intra_network[0], "cross_building": space.cross_network[0]}
-    base = fill_defaults(wan_small, Plan(tp=2, cp=1, pp=4, dp=16, virtual_stages=2, micro_batch_size=1,
-                                         schedule="zb-v", zero_stage=1, network=network,
-                                         tp_comm_overlap=space.tp_comm_overlap))
-    placed = place(wan_small, base, CrossBuilding.PP)
+    network on buildings that price ops alike) must run the same candidate orders whatever their layer split or
+    cross network."""
+    pv, _, placed = _model_and_plan(wan_small, tp=2, cp=1, pp=4, dp=16, virtual_stages=2, micro_batch_size=1,
+                                    schedule="zb-v")
     assert placed.placement.layers_per_stage == [8, 8, 8, 8]
     variants = [placed,
                 placed.model_copy(update={"placement": placed.placement.model_copy(
                     update={"layers_per_stage": [10, 8, 8, 6]})}),
                 placed.model_copy(update={"network": placed.network.model_copy(
-                    update={"cross_building": space.cross_network[-1]})})]
+                    update={"cross_building": pv.space.cross_network[-1]})})]
     orders = {tuple(build_workload(wan_small, p).candidate_op_times()) for p in variants}
     assert len(orders) == 1 and len(next(iter(orders))) == 2  # the unit order and the plan's own ratio's
