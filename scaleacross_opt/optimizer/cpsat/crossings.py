@@ -156,6 +156,7 @@ class CrossingCuts:
 
     def __init__(self, pv: PlanVars):
         self.pv = pv
+        self.uniform = _uniform_buildings(pv.instance)  # ratio-ordered families are learned only then
         self.families: set[tuple] = set()
         self.microbatch_lits: dict[int, cp_model.IntVar] = {}
 
@@ -171,7 +172,7 @@ class CrossingCuts:
         fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
                                                                  pv.intra_transport)]
         if (not get_schedule(plan.schedule).orders_by_op_times  # fixed orders: ``add_crossing_bound``
-                or not _uniform_buildings(instance) or any(lit is None for lit in fixed)):
+                or not self.uniform or any(lit is None for lit in fixed)):
             return False
         conditions = [pv.mode.lit(CrossBuilding.PP), pv.schedule_chunks.lit((plan.schedule, plan.virtual_stages)),
                       pv.pp.lit(plan.pp), *fixed]
