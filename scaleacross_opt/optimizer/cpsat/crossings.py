@@ -166,14 +166,14 @@ class CrossingCuts:
         does not run PP across buildings)."""
         pv, instance = self.pv, self.pv.instance
         if (plan.placement.cross_building is not CrossBuilding.PP or plan.pp < 2 or pv.cross_transport is None
-                or not pv.cross_hop_us or CrossBuilding.PP not in pv.mode.values):
+                or not pv.cross_hop_us or CrossBuilding.PP not in pv.mode.values or not self.uniform
+                or not get_schedule(plan.schedule).orders_by_op_times):  # fixed orders: ``add_crossing_bound``
             return False
-        m = instance.job.global_batch_size // (plan.dp * plan.micro_batch_size)
         fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
                                                                  pv.intra_transport)]
-        if (not get_schedule(plan.schedule).orders_by_op_times  # fixed orders: ``add_crossing_bound``
-                or not self.uniform or any(lit is None for lit in fixed)):
+        if any(lit is None for lit in fixed):
             return False
+        m = instance.job.global_batch_size // (plan.dp * plan.micro_batch_size)
         conditions = [pv.mode.lit(CrossBuilding.PP), pv.schedule_chunks.lit((plan.schedule, plan.virtual_stages)),
                       pv.pp.lit(plan.pp), *fixed]
         family = (m, *(lit.Index() for lit in conditions))
