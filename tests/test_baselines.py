@@ -169,6 +169,25 @@ def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(three_bui
     assert plan_assignment(pv, flipped) is None  # the model prices TP/GEMM overlap only as the space sets it
 
 
+def test_schedule_moves_keep_a_tuned_layer_split(three_building_zb_v) -> None:
+    """PP across: a schedule, micro-batch, recompute or ZeRO move keeps the plan's per-building layer
+    split where the new plan can hold it (a mixed-GPU pipeline's tuned split is not thrown away), inside
+    the CP-SAT model's family (the LM-head stage moves from the first stage to the last and back)."""
+    from scaleacross_opt.optimizer.coefficients import build_coefficients
+    from scaleacross_opt.optimizer.cpsat.build import build_model
+    from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
+
+    instance, space, plan = three_building_zb_v
+    tuned = next(p for p in neighbours(instance, space, plan, (Move.PLACEMENT,))
+                 if p.placement.layers_per_stage == [28, 25, 27])
+    moved = neighbours(instance, space, tuned, (Move.SCHEDULE,))
+    assert {p.schedule for p in moved} >= {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}
+    assert {p.recompute for p in moved} == set(space.recompute)
+    assert all(p.placement.layers_per_stage == [28, 25, 27] for p in moved)
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    assert all(plan_assignment(pv, p) is not None for p in moved if p.tp_comm_overlap == tuned.tp_comm_overlap)
+
+
 def test_random_plan_is_valid_and_seeded(load_shipped_instance) -> None:
     instance = load_shipped_instance(SMALL)
     space = planner_space(instance)
