@@ -47,7 +47,7 @@ def test_interrupt_keeps_the_best_plan_so_far(run_cli, small: Path, tmp_path: Pa
     """Ctrl-C during the search: the best plan simulated so far is returned, printed and written."""
     calls = []
 
-    def interrupted_after_two(instance, plan, deadline=None):
+    def interrupted_after_two(instance, plan, deadline=None, memo=None):
         calls.append(plan)
         if len(calls) > 2:
             raise KeyboardInterrupt

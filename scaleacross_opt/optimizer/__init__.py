@@ -81,6 +81,7 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     best, stats = refine(pv, timed, deadline=deadline - reserve_s, seed=seed, top_k=top_k,
                          start_plans=start_plans, threads=threads, progress=progress,
                          screen=Paced.closed_form() if default else None)
+    stats.simulations_reused = timed.reused if default else 0
     if best is None or best.report is None:
         if stats.status == "time_limit":
             raise NoPlanInTimeError(f"no plan found within the time limit of {time_limit_s:g} s (not proven "

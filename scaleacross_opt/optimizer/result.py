@@ -17,7 +17,8 @@ class SolveStats:
     cpsat_wall_s: float = 0.0
     simulate_wall_s: float = 0.0
     rounds: int = 0
-    candidates_simulated: int = 0
+    candidates_simulated: int = 0  # plans whose simulated step the search knows (reused ones included)
+    simulations_reused: int = 0  # of those, plans whose workload was simulated before (``simulator.memo``)
     candidates_rejected: int = 0  # failed the independent validator (memory beyond the model's bound)
     screened: int = 0  # plans whose closed form was computed to decide whether to simulate them
     refused: int = 0  # plans left unsimulated: they could not be priced before the deadline (``simulator.paced``)

@@ -52,7 +52,8 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"memory {report.memory_text} per GPU",
         "breakdown (s)   " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in report.breakdown.items()),
         f"why             {_WHY[plan.placement.cross_building]}",
-        f"search          {_STATUS[stats.status]}: {_count(stats.candidates_simulated, 'plan')} simulated in "
+        f"search          {_STATUS[stats.status]}: {_count(stats.candidates_simulated, 'plan')} simulated "
+        f"({stats.simulations_reused} of them twins of a simulated workload) in "
         f"{_count(stats.rounds, 'round')}, {stats.wall_s:.1f} s; proven: no plan beats {stats.lower_bound_s:.4f} s "
         f"(gap {stats.gap * 100:.2f} %)",
     ]

@@ -11,6 +11,7 @@ import numpy as np
 from ..cost.report import StepReport
 from ..cost.workload import LinkShare, StepWorkload
 from .engine import SimResult, op_graph, simulate_workload
+from .memo import SimulationMemo, workload_key
 from .paced import Paced, op_count
 from .trace import trace_events, write_trace
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from ..spec.instance import Instance
     from ..spec.plan import Plan
 
-__all__ = ["Paced", "SimResult", "op_count", "op_graph", "report_from_result", "simulate",
+__all__ = ["Paced", "SimResult", "SimulationMemo", "op_count", "op_graph", "report_from_result", "simulate",
            "simulate_workload", "trace_events", "write_trace"]
 
 
@@ -88,10 +89,11 @@ def report_from_result(
 
 
 def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = None,
-             deadline: float | None = None) -> StepReport:
+             deadline: float | None = None, memo: SimulationMemo | None = None) -> StepReport:
     """Simulate one step of ``plan`` on ``instance``; optionally write a Chrome/Perfetto trace.
     ``deadline`` (a ``time.perf_counter()`` value): raise ``errors.SimulationDeadlineError`` if the
-    simulation is still running when it passes.
+    simulation is still running when it passes. ``memo``: reuse the report of a plan with the same
+    workload simulated before (``simulator.memo``; not when writing a trace).
 
     The plan's defaults are filled in first; the workload, memory and peak FLOP/s come from the
     cost model, so estimate and simulation differ only in how they compose the ops.
@@ -103,14 +105,20 @@ def simulate(instance: Instance, plan: Plan, trace_path: Path | str | None = Non
 
     plan = fill_defaults(instance, plan)
     workload = build_workload(instance, plan)
-    result = simulate_workload(workload, deadline=deadline)
     job = instance.job
     memory = memory_per_gpu(instance, plan)
+    inputs = (model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size), peak_flops(instance, plan),
+              float(job.tokens_per_step))
+    key = workload_key(workload, *inputs) if memo is not None and trace_path is None else None
+    if key is not None and (known := memo.get(key, memory)) is not None:
+        return known
+    result = simulate_workload(workload, deadline=deadline)
     report = report_from_result(
-        result, workload, model_flops=model_flops_per_step(job.model_spec, job.seq_len, job.global_batch_size),
-        peak_flops=peak_flops(instance, plan), tokens=float(job.tokens_per_step), memory_gib=memory.total_gib,
-        capacity_gib=memory.capacity_gib, fits=memory.fits, deadline=deadline,
+        result, workload, model_flops=inputs[0], peak_flops=inputs[1], tokens=inputs[2],
+        memory_gib=memory.total_gib, capacity_gib=memory.capacity_gib, fits=memory.fits, deadline=deadline,
     )
+    if key is not None:
+        memo.put(key, report)
     if trace_path is not None:
         metadata = {"instance": instance.name, "gpus": plan.num_gpus, "step_time_s": report.step_time_s,
                     "mfu": report.mfu, "plan": plan.model_dump(mode="json")}

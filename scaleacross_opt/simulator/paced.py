@@ -5,7 +5,8 @@ the closed form and tens of seconds to simulate, and both build the schedule's o
 loop can read the clock. ``Paced`` wraps either model, keeps the fastest pace (wall seconds per op) it has
 seen, and refuses at once a plan whose ops could not all be priced before the deadline at that pace; a
 simulation it starts stops at the deadline (``engine``'s event loops read the clock). Either way it
-raises ``SimulationDeadlineError``.
+raises ``SimulationDeadlineError``. The simulator's ``Paced`` reuses the reports of identical workloads
+(``simulator.memo``); a reuse teaches it no pace.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import SimulationDeadlineError
+from .memo import SimulationMemo
 
 if TYPE_CHECKING:
     from ..cost.report import StepReport
@@ -39,10 +42,10 @@ def op_count(instance: Instance, plan: Plan) -> int:
     return kinds * plan.pp * plan.virtual_stages * layout.num_microbatches * len(layout.pipelines)
 
 
-def _simulate(instance: Instance, plan: Plan, deadline: float | None) -> StepReport:
+def _simulate(instance: Instance, plan: Plan, deadline: float | None, memo: SimulationMemo) -> StepReport:
     from . import simulate
 
-    return simulate(instance, plan, deadline=deadline)
+    return simulate(instance, plan, deadline=deadline, memo=memo)
 
 
 def _estimate(instance: Instance, plan: Plan, deadline: float | None) -> StepReport:
@@ -55,14 +58,21 @@ class Paced:
     """``evaluate(instance, plan, deadline)`` that refuses a plan it cannot finish in time (module
     docstring); one per search (it learns the machine's pace from the plans it prices)."""
 
-    def __init__(self, evaluate: TimedEvaluate):
+    def __init__(self, evaluate: TimedEvaluate, memo: SimulationMemo | None = None):
         self.evaluate = evaluate
+        self.memo = memo  # the memo ``evaluate`` reuses reports from, if any
         self.seconds_per_op = math.inf  # fastest pace seen (inf: none yet, every plan is tried)
 
     @classmethod
     def simulator(cls) -> Paced:
-        """The discrete-event simulator, stopped at the deadline."""
-        return cls(_simulate)
+        """The discrete-event simulator, stopped at the deadline, reusing identical workloads' reports."""
+        memo = SimulationMemo()
+        return cls(partial(_simulate, memo=memo), memo)
+
+    @property
+    def reused(self) -> int:
+        """Plans whose report came from the memo instead of a simulation."""
+        return 0 if self.memo is None else self.memo.reused
 
     @classmethod
     def closed_form(cls) -> Paced:
@@ -75,6 +85,8 @@ class Paced:
         if deadline is not None and math.isfinite(self.seconds_per_op) and start + self.seconds_per_op * ops > deadline:
             raise SimulationDeadlineError(f"{ops:,} ops cannot be priced before the deadline at "
                                           f"{1e6 * self.seconds_per_op:.2f} µs per op")
+        reused = self.reused
         report = self.evaluate(instance, plan, deadline)
-        self.seconds_per_op = min(self.seconds_per_op, (time.perf_counter() - start) / ops)
+        if self.reused == reused:
+            self.seconds_per_op = min(self.seconds_per_op, (time.perf_counter() - start) / ops)
         return report
