@@ -359,7 +359,8 @@ def test_solve_json_is_byte_identical(small_solved_twice: list[dict[str, Any]]) 
     breakdown, memory, solver status, proven lower bound and gap — is byte-identical. (The search trace is
     not compared: once a search takes more than one round, which plans the CP-SAT portfolio offers before it
     proves a round optimal and how far a time-boxed polish gets depend on thread timing.)"""
-    trace = {"history", "rounds", "candidates_simulated", "candidates_rejected", "screened", "bound_ratio_min"}
+    trace = {"history", "rounds", "candidates_simulated", "simulations_reused", "candidates_rejected", "screened",
+             "bound_ratio_min"}
     first, second = (json.dumps({**out, "solver": {k: v for k, v in out["solver"].items() if k not in trace}},
                                 sort_keys=True, indent=1) for out in small_solved_twice)
     assert small_solved_twice[0]["solver"]["status"] == "optimal"
