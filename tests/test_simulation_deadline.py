@@ -3,6 +3,7 @@ meets such a plan ends with its best plan so far (status time_limit)."""
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -52,6 +53,30 @@ def test_paced_simulator_refuses_a_plan_it_cannot_finish_in_time(small: Path, mo
     monkeypatch.setattr("scaleacross_opt.simulator.simulate", never)
     with pytest.raises(SimulationDeadlineError, match="cannot be priced before the deadline"):
         paced(instance, plans[1], time.perf_counter() + 0.5 * paced.seconds_per_op * op_count(instance, plans[1]))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_paced_prices_with_the_cycle_collector_off_and_restores_it(small: Path, enabled: bool) -> None:
+    instance, plans = _plans(small)
+    seen: list[bool] = []
+
+    def model(inst: object, plan: Plan, deadline: float | None) -> object:
+        seen.append(gc.isenabled())
+        if len(seen) == 2:
+            raise SimulationDeadlineError("stopped")
+        return simulate(instance, plan)
+
+    paced = Paced(model)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        paced(instance, plans[0])
+        assert gc.isenabled() is enabled
+        with pytest.raises(SimulationDeadlineError):
+            paced(instance, plans[0])
+        assert gc.isenabled() is enabled  # restored on the way out of an error too
+    finally:
+        gc.enable()
+    assert seen == [False, False]
 
 
 @pytest.mark.parametrize("late", [False, True])
