@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from test_physical_floor import with_links
 
 from scaleacross_opt.catalog.network import DEFAULT_NETWORK
 from scaleacross_opt.cost.report import StepReport
@@ -259,14 +260,6 @@ def test_pp_across_long_latency_round_trips(compare: Callable[..., Compared], in
     assert sim.breakdown["exposed_pp_s"] > 1.5 * one_traversal  # the extra crossings show
     assert est.breakdown["exposed_pp_s"] <= sim.breakdown["exposed_pp_s"] <= 1.01 * est.breakdown["exposed_pp_s"]
     assert est.step_time_s <= sim.step_time_s * (1 + 1e-9)
-
-
-def with_links(instance: Instance, gbps: float) -> Instance:
-    """``instance`` with every cross-building link at ``gbps``."""
-    data = instance.model_dump(mode="json", exclude_none=True)
-    for link in data["cluster"]["links"]:
-        link["bandwidth_gbps"] = gbps
-    return Instance.model_validate(data)
 
 
 SLOW_LINK_CASES = [("crosspipe-unidirectional", 1, 2), ("zb-v", 2, 1), ("dualpipe", 2, 2), ("interleaved-1f1b", 2, 2)]

@@ -48,6 +48,7 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from itertools import accumulate, product
@@ -118,6 +119,38 @@ def _layers_left(pv: PlanVars, name: str, total: int, minus: list[cp_model.IntVa
 
 def _is_pp_mode(pv: PlanVars) -> cp_model.IntVar | None:
     return pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
+
+
+def fewest_cut_crossings(schedule_name: str, v: int, pp_values: list[int]) -> int:
+    """Fewest times one micro-batch's forward pass crosses a cut between stages 0..k−1 and k..pp−1, over the
+    depths ``pp_values`` and cuts k: each chunk crosses it once and, where the schedule wraps from the last
+    stage back to the first (interleaved: chunk-major layer order), each wrap once more, 2v − 1 in all; a
+    V-shaped schedule turns at the last stage, v. The backward pass crosses it as often the other way, so
+    each direction of the cut carries this many activations or gradients per micro-batch."""
+    schedule = get_schedule(schedule_name)
+    counts = []
+    for pp in pp_values:
+        stage_at = {schedule.chunk_stage(pp, v, c, s): s for c in range(v) for s in range(pp)}
+        order = [stage_at[i] for i in range(pp * v)]
+        starts = [0] * (pp + 1)  # a step from stage a to b crosses the cuts k with min(a, b) < k ≤ max(a, b)
+        for a, b in itertools.pairwise(order):
+            starts[min(a, b) + 1] += 1
+            starts[max(a, b) + 1] -= 1
+        counts += list(itertools.accumulate(starts))[1:pp]
+    return min(counts, default=v)
+
+
+def _at_most_two_used(pv: PlanVars) -> list[cp_model.IntVar] | None:
+    """Literals under which at most two buildings are used ([] when the cluster has two; None: one)."""
+    used = len(pv.used)
+    if used < 2:
+        return None
+    if used == 2:
+        return []
+    lit = pv.model.NewBoolVar("used_buildings<=2")
+    pv.model.Add(sum(pv.used) <= 2).OnlyEnforceIf(lit)
+    pv.model.Add(sum(pv.used) >= 3).OnlyEnforceIf(lit.Not())
+    return [lit]
 
 
 def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[cp_model.IntVar]]
@@ -269,6 +302,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1)).OnlyEnforceIf(mode_lit)
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
+    two_buildings = _at_most_two_used(pv) if pp_mode is not None else None
     add_crossing_bound(pv, pipeline, pp_mode)  # PP across: one route latency per boundary crossing on a path
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
@@ -284,6 +318,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                       ).OnlyEnforceIf([pp_mode, lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
+            # two buildings: one route carries every crossing of their cut, the wrap-arounds included
+            for (name, v), chunks_lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
+                crossings = fewest_cut_crossings(name, v, [pp for pp in pv.pp.values if pp > 1])
+                if two_buildings is not None and crossings > v:
+                    model.Add(pipeline >= per_chunk * crossings).OnlyEnforceIf(
+                        [pp_mode, lit, chunks_lit, *two_buildings])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
