@@ -1,7 +1,7 @@
 """Hybrid search: CP-SAT proposes, the simulator decides, local search polishes.
 
 Start plans (every cheap baseline) are simulated first and cut off, and local search from them (step 5)
-gets a tenth of the time. Then each round:
+gets a quarter of the time. Then each round:
 1. *Bound*: solve the model (parallel portfolio). Its optimum V is a lower bound on the step of every
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
@@ -157,11 +157,8 @@ def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline:
 
 POLISH_MIN_S = 0.5  # the local-search phase after a round lasts at least this long (if time is left)
 # Before the first round, local search from the start plans gets this share of the time: the first round's
-# presolve can take seconds on large models, and its incumbent cut and hint are better for it. A quarter was
-# too much where the rounds find the answer: on campus 405B it stalled at 6.58 s after 2.7 of its 7.5 s, and
-# whether a second round's candidates were simulated before 30 s decided the answer (seeds 0-2: 4.93 / 5.11 /
-# 4.93 s with a quarter, 4.89 / 4.91 / 4.93 s with a tenth; three-building 70B 0.9903 s at every seed).
-FIRST_POLISH_SHARE = 0.1
+# presolve can take seconds on large models, and its incumbent cut and hint are better for it.
+FIRST_POLISH_SHARE = 0.25
 ILS_PATIENCE = 8  # a polish phase ends after this many kicks in a row that did not improve the incumbent
 
 
