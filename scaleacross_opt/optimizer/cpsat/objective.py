@@ -48,10 +48,9 @@ step ≥ pipeline + exposed DP + optimizer + exposed gather.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from itertools import accumulate, product
+from itertools import accumulate, pairwise, product
 
 from ortools.sat.python import cp_model
 
@@ -133,10 +132,10 @@ def fewest_cut_crossings(schedule_name: str, v: int, pp_values: list[int]) -> in
         stage_at = {schedule.chunk_stage(pp, v, c, s): s for c in range(v) for s in range(pp)}
         order = [stage_at[i] for i in range(pp * v)]
         starts = [0] * (pp + 1)  # a step from stage a to b crosses the cuts k with min(a, b) < k ≤ max(a, b)
-        for a, b in itertools.pairwise(order):
+        for a, b in pairwise(order):
             starts[min(a, b) + 1] += 1
             starts[max(a, b) + 1] -= 1
-        counts += list(itertools.accumulate(starts))[1:pp]
+        counts += list(accumulate(starts))[1:pp]
     return min(counts, default=v)
 
 
@@ -302,7 +301,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(hops >= 2 * coeffs.intra_hop_us * (pv.pp_var - 1)).OnlyEnforceIf(mode_lit)
     pipeline = _new(model, "pipeline_us")
     model.Add(pipeline >= compute)
+    # two buildings: one route carries every crossing of their cut, the wrap-arounds included
     two_buildings = _at_most_two_used(pv) if pp_mode is not None else None
+    depths = [pp for pp in pv.pp.values if pp > 1]
+    wrapping = [] if two_buildings is None else [
+        (lit, crossings) for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
+        if (crossings := fewest_cut_crossings(name, v, depths)) > v]
     add_crossing_bound(pv, pipeline, pp_mode)  # PP across: one route latency per boundary crossing on a path
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
@@ -318,12 +322,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                       ).OnlyEnforceIf([pp_mode, lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
-            # two buildings: one route carries every crossing of their cut, the wrap-arounds included
-            for (name, v), chunks_lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
-                crossings = fewest_cut_crossings(name, v, [pp for pp in pv.pp.values if pp > 1])
-                if two_buildings is not None and crossings > v:
-                    model.Add(pipeline >= per_chunk * crossings).OnlyEnforceIf(
-                        [pp_mode, lit, chunks_lit, *two_buildings])
+            for chunks_lit, crossings in wrapping:
+                model.Add(pipeline >= per_chunk * crossings).OnlyEnforceIf([pp_mode, lit, chunks_lit, *two_buildings])
     several_stages = [pv.pp.lit(1).Not()] if 1 in pv.pp.values else []
     v_chunks: dict[int, cp_model.IntVar] = {}  # v → "the plan has v chunks per stage"
     for v in sorted({v for _, v in pv.schedule_chunks.values}):
