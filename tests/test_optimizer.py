@@ -285,3 +285,33 @@ def test_search_simulates_once_plans_that_differ_only_in_settings_that_cannot_ma
     search = _Search(pv, counting, deadline=1e18, seed=0, threads=1, progress=None)
     first, second = search.evaluate(plan), search.evaluate(twin)
     assert second is first and len(calls) == 1
+
+
+def test_the_first_polish_climbs_from_the_best_start_plan_only(models_dir, monkeypatch) -> None:
+    """``polish(single_climb=True)`` (the polish before the first round) climbs once, from the fastest
+    unpolished candidate, and leaves the others for later polishes; without it every candidate is climbed."""
+    import importlib
+
+    from scaleacross_opt.optimizer.refine import _Search
+
+    refine_module = importlib.import_module("scaleacross_opt.optimizer.refine")
+    instance = tiny_instance(models_dir)
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    plans = [p for p in enumerate_plans(instance, space) if not validate_plan(p, instance)][:4]
+    origins = []
+    monkeypatch.setattr(refine_module, "climb", lambda _i, _s, origin, *_a: origins.append(origin))
+
+    def search_with_start_plans() -> _Search:
+        search = _Search(pv, lambda inst, p, _deadline: simulate(inst, p), deadline=1e18, seed=0, threads=1,
+                         progress=None)
+        search.unpolished = [c for c in map(search.evaluate, plans) if c is not None]
+        return search
+
+    search = search_with_start_plans()
+    fastest = min(search.unpolished, key=lambda c: c.key())
+    search.polish(1e18, single_climb=True)
+    assert origins == [fastest] and len(search.unpolished) == len(plans) - 1
+    origins.clear()
+    search_with_start_plans().polish(1e18)
+    assert len(origins) >= len(plans)
