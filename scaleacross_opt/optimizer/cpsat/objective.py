@@ -308,7 +308,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         (lit, crossings) for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
         if (crossings := fewest_cut_crossings(name, v, depths)) > v]
     add_crossing_bound(pv, pipeline, pp_mode)  # PP across: one route latency per boundary crossing on a path
-    crossings_xfer = _boundary_transfers_us(pv, coeffs, pp_mode) if crossing and pp_mode is not None else 0
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
         # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)
@@ -319,7 +318,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           ).OnlyEnforceIf([pp_dp, lit])
             if pp_mode is None:
                 continue
-            model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + extra * (sum(pv.used) - 1) + 2 * crossings_xfer
+            model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + extra * (sum(pv.used) - 1)
                       ).OnlyEnforceIf([pp_mode, lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
@@ -534,31 +533,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, first_chunk_sync=chunk_sync, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
-
-
-def _boundary_transfers_us(pv: PlanVars, coeffs: Coefficients, pp_mode: cp_model.IntVar) -> cp_model.LinearExpr:
-    """PP across buildings: (#used buildings − 1)·x, x ≥ the time of one crossing's transfer, bytes alone.
-
-    Every replica spans the same buildings and runs the same timeline, so a micro-batch's activations cross a
-    boundary's route together with every other replica's (``cost.step._pp_links``: a replica's share of the
-    route): x ≥ dp·mbs·seq·hidden·2 B at the cheapest route's goodput of the transport, linear in dp for each
-    micro-batch size. The hops (one micro-batch's way through the pipeline and back) then pay it once per
-    boundary and direction, as the closed form's ``base + hops`` does (16 metro buildings, 70B, CrossPipe
-    pp16 dp64: 45.7 ms per crossing, 1.37 s of a 3.55 s step, where latency alone is 1.5 ms)."""
-    model = pv.model
-    upper = HORIZON_US // (4 * len(pv.buildings))  # 2·Σ carried stays below the horizon (capped: still a bound)
-    xfer = _new(model, "boundary_transfer_us", upper)
-    mib_per_sequence = coeffs.pp_link_mib_per_chunk / pv.instance.job.global_batch_size
-    most_dp = max(pv.dp.values)
-    for transport, t_lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        for mbs, mbs_lit in zip(pv.micro_batch.values, pv.micro_batch.lits, strict=True):
-            per_replica = int(SCALE * mib_per_sequence * mbs * coeffs.cross_us_per_mib[transport])
-            model.Add(SCALE * xfer >= min(per_replica, SCALE * upper // most_dp) * pv.dp_var
-                      ).OnlyEnforceIf([pp_mode, t_lit, mbs_lit])
-    carried = [_new(model, f"boundary_transfer_us[{name}]", upper) for name in pv.buildings]
-    for used, var in zip(pv.used, carried, strict=True):
-        model.Add(var >= xfer).OnlyEnforceIf(used)
-    return sum(carried) - xfer
 
 
 @dataclass(frozen=True)
