@@ -292,9 +292,7 @@ def test_the_first_polish_climbs_from_the_best_start_plan_only(models_dir, monke
     unpolished candidate, and leaves the others for later polishes; without it every candidate is climbed."""
     import importlib
 
-    from scaleacross_opt.optimizer.refine import _Search
-
-    refine_module = importlib.import_module("scaleacross_opt.optimizer.refine")
+    refine_module = importlib.import_module("scaleacross_opt.optimizer.refine")  # the package re-exports refine()
     instance = tiny_instance(models_dir)
     space = prune_space(instance, design_space(instance))
     pv = build_model(instance, space, build_coefficients(instance, space))
@@ -302,9 +300,9 @@ def test_the_first_polish_climbs_from_the_best_start_plan_only(models_dir, monke
     origins = []
     monkeypatch.setattr(refine_module, "climb", lambda _i, _s, origin, *_a: origins.append(origin))
 
-    def search_with_start_plans() -> _Search:
-        search = _Search(pv, lambda inst, p, _deadline: simulate(inst, p), deadline=1e18, seed=0, threads=1,
-                         progress=None)
+    def search_with_start_plans():
+        search = refine_module._Search(pv, lambda inst, p, _deadline: simulate(inst, p), deadline=1e18, seed=0,
+                                       threads=1, progress=None)
         search.unpolished = [c for c in map(search.evaluate, plans) if c is not None]
         return search
 
