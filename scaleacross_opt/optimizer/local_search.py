@@ -3,8 +3,9 @@
 ``climb`` is best-improvement hill climbing over ``optimizer.neighbourhood.neighbours`` (one degree pair,
 the schedule, v, micro-batch, recompute, ZeRO stage, the cross-building dimension or split, one network
 option): every unseen neighbour is simulated, the best one is taken while it beats the current plan,
-and the climb ends at a local optimum or the deadline; a neighbour a faster model shows cannot beat the
-best so far is skipped unsimulated. ``kick`` perturbs a plan by random moves (the
+and the climb ends at a local optimum or the deadline. Neighbours are simulated in the order of a faster
+model's floor (the closed form less its largest overshoot), so the best is usually found first and the rest,
+which that model shows cannot beat it, are skipped unsimulated. ``kick`` perturbs a plan by random moves (the
 restart step of iterated local search). Plans are compared by simulated step time, ties broken by
 canonical JSON, so the result does not depend on the order of evaluation.
 """
@@ -41,18 +42,29 @@ Evaluate = Callable[[Plan], Candidate | None]
 
 
 def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Evaluate, deadline: float,
-          hopeless: Callable[[Plan, float], bool] | None = None) -> Candidate:
+          floor: Callable[[Plan], float] | None = None) -> Candidate:
     """Best-improvement hill climbing from ``start`` until no neighbour is better or ``deadline``
-    (a ``time.perf_counter()`` value) passes. ``hopeless(plan, s)``: True when ``plan`` cannot take less
-    than ``s`` seconds (such neighbours are not evaluated)."""
+    (a ``time.perf_counter()`` value) passes. ``floor(plan)``: a step time (s) ``plan`` cannot beat (0 when
+    unknown, inf when it cannot be told in time). With it, neighbours are simulated in the order of their floors
+    and a step stops at the first one whose floor exceeds the best step found: it and every later
+    neighbour cannot win, so (while the floors hold) the step takes the neighbour simulating them all would."""
     current = start
     while time.perf_counter() < deadline:
         best = current
-        for plan in neighbours(instance, space, current.plan):
+        options = neighbours(instance, space, current.plan)
+        floors = [0.0] * len(options)
+        if floor is not None:
+            for index, plan in enumerate(options):
+                if time.perf_counter() >= deadline:
+                    return current
+                floors[index] = floor(plan)
+        # a stable sort (ties keep the neighbourhood's order); floors are read again before each simulation, as
+        # what they subtract for the faster model's error can only grow
+        for _, plan in sorted(zip(floors, options, strict=True), key=lambda pair: pair[0]):
             if time.perf_counter() >= deadline:
                 return min(best, current, key=Candidate.key)
-            if hopeless is not None and hopeless(plan, best.report.step_time_s):
-                continue
+            if floor is not None and floor(plan) > best.report.step_time_s:
+                break
             candidate = evaluate(plan)
             if candidate is not None and candidate.key() < best.key():
                 best = candidate

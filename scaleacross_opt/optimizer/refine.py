@@ -250,13 +250,13 @@ class _Search:
             self.progress(self._status_line(f"{what}: simulated {report.step_time_s:.4f} s"))
         return candidate
 
-    def hopeless(self, plan: Plan, than_s: float) -> bool:
-        """Whether ``plan`` cannot be faster than ``than_s`` (s) by its closed form, less the largest overshoot
-        (never for a plan already simulated, or without a screen), or cannot be screened before the deadline."""
+    def floor(self, plan: Plan) -> float:
+        """A step time (s) ``plan`` cannot beat: its closed form less the largest overshoot (0 for a plan already
+        simulated, or without a screen; inf when it cannot be screened before the deadline)."""
         plan = self._canonical(plan)[0]
         key = plan.model_dump_json()
         if self.screen is None or key in self.evaluated:
-            return False
+            return 0.0
         if key not in self.estimates:
             try:
                 self.estimates[key] = self.screen(self.pv.instance, plan, self.deadline).step_time_s
@@ -264,9 +264,9 @@ class _Search:
                 if time.perf_counter() >= self.deadline:
                     raise
                 self.stats.refused += 1
-                return True
+                return math.inf
             self.stats.screened += 1
-        return self.estimates[key] / (1 + self.overshoot) > than_s
+        return self.estimates[key] / (1 + self.overshoot)
 
     def _status_line(self, event: str) -> str:
         """A progress line: elapsed seconds, the event, the best simulated step, the proven bound and gap."""
@@ -326,10 +326,10 @@ class _Search:
                 before = self.best
                 origin = self.evaluate(kicked)
                 if origin is not None:
-                    climb(instance, space, origin, self.evaluate, until, self.hopeless)
+                    climb(instance, space, origin, self.evaluate, until, self.floor)
                 fruitless = fruitless + 1 if self.best is before else 0
                 continue
-            climb(instance, space, origin, self.evaluate, until, self.hopeless)
+            climb(instance, space, origin, self.evaluate, until, self.floor)
             if single_climb:
                 return
 
@@ -414,7 +414,7 @@ class _Search:
                 continue
             # the model proposed it: its family's crossings, if it has any, bound the next rounds
             self.crossing_cuts.learn(plan, same)
-            if self.best is not None and self.hopeless(plan, self.best.report.step_time_s):
+            if self.best is not None and self.floor(plan) > self.best.report.step_time_s:
                 add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
                 continue
             candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
