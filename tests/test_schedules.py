@@ -109,6 +109,19 @@ def test_zb_v_greedy_order_lifts_its_activation_cap_instead_of_deadlocking() -> 
     assert [len(ops) for ops in orders] == [3 * 15 * 2] * 2
 
 
+def test_zb_v_orders_are_cached_but_every_caller_gets_its_own_lists() -> None:
+    """A kept order is returned as fresh lists (a caller that edits one does not change the next caller's), equal
+    to the order built anew; orders beyond the kept size are built each time, the same way."""
+    from scaleacross_opt.schedules import zb_v
+
+    schedule = get_schedule("zb-v")
+    for pp, m in ((4, 9), (8, zb_v.CACHED_ORDER_STAGE_MICROBATCHES // 8 + 1)):
+        first = schedule.timed_stage_ops(pp, 2, m, (8, 11, 5))
+        built = zb_v._build_v_order(pp, m, (8, 11, 5))
+        first[0].clear()
+        assert schedule.timed_stage_ops(pp, 2, m, (8, 11, 5)) == built and first[0] == []
+
+
 def test_trailing_weight_ops_of_zb_h1_follow_its_op_order() -> None:
     """ZB-H1's closed form (the last stage's p − 1 pending W ops and its last B's own) equals the count read
     off the op order, which other schedules use; schedules without split backward trail none."""

@@ -258,6 +258,7 @@ class _Search:
         if self.screen is None or key in self.evaluated:
             return 0.0
         if key not in self.estimates:
+            t0 = time.perf_counter()
             try:
                 self.estimates[key] = self.screen(self.pv.instance, plan, self.deadline).step_time_s
             except SimulationDeadlineError:
@@ -265,6 +266,8 @@ class _Search:
                     raise
                 self.stats.refused += 1
                 return math.inf
+            finally:
+                self.stats.screen_wall_s += time.perf_counter() - t0
             self.stats.screened += 1
         return self.estimates[key] / (1 + self.overshoot)
 

@@ -16,6 +16,7 @@ class SolveStats:
     wall_s: float = 0.0
     cpsat_wall_s: float = 0.0
     simulate_wall_s: float = 0.0
+    screen_wall_s: float = 0.0  # in the closed form that decides which plans to simulate (``screened``)
     rounds: int = 0
     candidates_simulated: int = 0  # plans whose simulated step the search knows (reused ones included)
     simulations_reused: int = 0  # of those, plans whose workload was simulated before (``simulator.memo``)
