@@ -346,3 +346,23 @@ def test_a_climb_in_floor_order_ends_where_a_full_climb_ends_after_fewer_simulat
     ordered, ordered_count = climb_counting(slowest, lambda plan: 0.97 * step_s(plan).step_time_s)
     assert ordered.plan == full.plan and full.report.step_time_s < step_s(slowest).step_time_s
     assert ordered_count < full_count
+
+
+def test_a_step_reads_floors_in_turn_when_reading_them_all_would_pass_the_deadline(monkeypatch) -> None:
+    """``_floor_order`` sorts the neighbours by floor when reading every floor fits before the deadline at the pace
+    of the first ones, returns None (read them in turn) when it does not, and [] once the deadline has passed.
+    The clock is simulated: each floor takes one second."""
+    from scaleacross_opt.optimizer import local_search
+
+    clock = [0.0]
+    monkeypatch.setattr(local_search.time, "perf_counter", lambda: clock[0])
+
+    def floor(value):
+        clock[0] += 1.0
+        return -value
+
+    options = list(range(10))
+    assert local_search._floor_order(options, floor, deadline=100.0) == options[::-1]
+    clock[0] = 0.0
+    assert local_search._floor_order(options, floor, deadline=5.0) is None and clock[0] == 1.0
+    assert local_search._floor_order(options, floor, deadline=0.5) == []
