@@ -5,7 +5,8 @@ the schedule, v, micro-batch, recompute, ZeRO stage, the cross-building dimensio
 option): every unseen neighbour is simulated, the best one is taken while it beats the current plan,
 and the climb ends at a local optimum or the deadline. Neighbours are simulated in the order of a faster
 model's floor (the closed form less its largest overshoot), so the best is usually found first and the rest,
-which that model shows cannot beat it, are skipped unsimulated. ``kick`` perturbs a plan by random moves (the
+which that model shows cannot beat it, are skipped unsimulated (in turn instead, when reading every floor
+first would pass the deadline). ``kick`` perturbs a plan by random moves (the
 restart step of iterated local search). Plans are compared by simulated step time, ties broken by
 canonical JSON, so the result does not depend on the order of evaluation.
 """
@@ -55,7 +56,7 @@ def climb(instance: Instance, space: DesignSpace, start: Candidate, evaluate: Ev
         best = current
         options = neighbours(instance, space, current.plan)
         ranked = _floor_order(options, floor, deadline) if floor is not None else None
-        if ranked == []:  # the deadline passed while reading floors
+        if ranked == []:  # no neighbour, or the deadline passed while reading their floors
             return current
         for plan in ranked or options:
             if time.perf_counter() >= deadline:
