@@ -55,6 +55,7 @@ from itertools import accumulate, pairwise, product
 from ortools.sat.python import cp_model
 
 from ...catalog import coefficients as co
+from ...cost.compute import LayerKind, layer_kinds
 from ...cost.layout import nvlink_domain
 from ...cost.memory import embedding_params
 from ...cost.step import megatron_bucket_params
@@ -176,7 +177,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     ring_hop = _ring_hop_us(pv, coeffs, successors, "dp_ring_hop_us", inter_group)
     groups = _dp_group_sizes(pv)
     inner = _inner_ring(pv, groups)
-    gathers = (_zero3_gathers(pv, coeffs, successors, inter_group, ring_hop, groups, inner)
+    sharding = _sharding_choice(pv)
+    gathers = (_zero3_gathers(pv, coeffs, successors, inter_group, ring_hop, groups, inner, sharding)
                if 3 in pv.zero.values else None)
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
@@ -434,7 +436,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
          for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
         holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
 
-    zero3_nic = _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding) if gathers is not None else []
+    nic_busy = _dp_nic_bounds(pv, coeffs, groups, sharding)
+    if gathers is not None:
+        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, sharding)
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -452,12 +456,15 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     sync_hop = (_ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
                 if first_stage_edges else ring_hop)
     tree_ring = _tree_runs_ring(pv)
-    chunk_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
+    dense_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
                                             bucket_latency, inner, tree_ring)
+    chunk_sync = _new(model, "first_chunk_sync_us")
+    moe_layers = _chunk_moe_layers(pv, coeffs, chunk_layers)
+    model.Add(chunk_sync == dense_sync + _expert_chunk_sync(pv, coeffs, groups, moe_layers, sharding))
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
-    extra += _expert_buckets_latency(pv, coeffs, groups, chunk_layers, sync_hop, tree_ring)
+    extra += _expert_buckets_latency(pv, coeffs, groups, moe_layers, sync_hop, tree_ring)
     last_bucket_forward = 0  # the forward of the first chunk's last bucket: ≥ its least F ÷ its buckets
     if buckets is not None:
         least = [min(us for (shape, _, _), us in coeffs.layer_forward_least_us.items() if shape == s)
@@ -528,7 +535,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         for lit, count in tip_syncs:
             model.Add(step >= tip_end - count * tip_weight + tip_sync + optimizer + gather_exposed
                       ).OnlyEnforceIf([lit, pp_mode, *not_zero3])
-    for scaled_bytes, condition in zero3_nic + route_busy:
+    for scaled_bytes, condition in nic_busy + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, first_chunk_sync=chunk_sync, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
@@ -762,7 +769,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
 
 def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                    inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
-                   inner: InnerRing | None) -> _Zero3Gathers:
+                   inner: InnerRing | None, sharding: OneHot) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
     (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
@@ -778,7 +785,6 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
       route (hierarchical) or of the ring's slowest hop (flat, ``_ring_hop_us``)."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
-    sharding = _sharding_choice(pv)
     several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
 
     def var_of(name: str, values: list[int]) -> cp_model.IntVar:
@@ -931,6 +937,49 @@ def _sharding_choice(pv: PlanVars) -> OneHot:
                          for key in keys])
 
 
+def _group_on_nics(pv: PlanVars, coeffs: Coefficients, sharding: OneHot) -> cp_model.IntVar:
+    """True when the shape's DP groups always cross NICs (no pipeline depth fits one in an NVLink domain)."""
+    on_nic = pv.model.NewBoolVar("dp_group_on_nics")
+    pv.model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
+    return on_nic
+
+
+def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
+                   ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
+    """(µs × SCALE, condition) bounds of the whole step for ZeRO-0..2 where the DP groups always cross NICs:
+    each step every GPU's NIC carries its stage's gradient sync and (ZeRO-1/2) updated-weight gather, two
+    ring passes of 2 bytes per parameter (all-reduce, or reduce-scatter + all-gather:
+    ``cost.step._dp_sync``), volume 2(n−1)/n of the n = 2 pair over n = dp·cp ranks for the non-expert
+    weights and dp·cp/ep for the experts, ÷ the members sharing one NVLink domain's NICs
+    (``cost.step.dp_uses``). Some stage holds ≥ ⌈L/pp⌉ layers (≥ the cheapest kind's weights each), and
+    some stage ≥ ⌈L_moe/pp⌉ MoE layers (each with its experts): the expert gradients, which the per-chunk
+    sync terms leave out, bound MoE steps here."""
+    model = pv.model
+    zero = [z for z in pv.zero.values if z < 3]
+    if not zero:
+        return []
+    # bytes per parameter of the two passes, relative to the n = 2 pair's (2 × WEIGHT_BYTES)
+    passes = min((2 * co.GRAD_REDUCE_BYTES if z == 0 else co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES) for z in zero)
+    factor = passes / (2 * co.WEIGHT_BYTES)
+    not_zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
+    on_nic = _group_on_nics(pv, coeffs, sharding)
+    kinds = layer_kinds(pv.instance.job.model_spec)
+    total, moe = len(kinds), kinds.count(LayerKind.MOE)
+    bounds = []
+    for d, d_lit in groups:
+        per_kind = {key: _gather_pairs_us(coeffs.zero3_nic_pair_us[key], key[1], d) for key in sharding.values}
+        least = sharding.value_var(model, f"dp_nic_pair_us[{d}]", [int(min(us)) for us in per_kind.values()])
+        heavy = (sharding.value_var(model, f"dp_nic_moe_pair_us[{d}]",
+                                    [int(us[coeffs.layer_kinds.index(LayerKind.MOE)]) for us in per_kind.values()])
+                 if moe else None)
+        for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
+            when = [d_lit, pp_lit, on_nic, *not_zero3]
+            bounds.append((int(SCALE * factor * math.ceil(total / pp)) * least, when))
+            if heavy is not None:
+                bounds.append((int(SCALE * factor * math.ceil(moe / pp)) * heavy, when))
+    return bounds
+
+
 def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
@@ -940,8 +989,7 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     the products stay tight in the search."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
-    on_nic = model.NewBoolVar("zero3_group_on_nics")
-    model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
+    on_nic = _group_on_nics(pv, coeffs, sharding)
     dense = sharding.value_var(pv.model, "zero3_nic_dense_pair_us",
                         [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
     step_bounds = []
@@ -1279,7 +1327,36 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
             buckets if coeffs.model_expert_param_mib == 0 else None)
 
 
-def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, chunk_layers: cp_model.IntVar,
+def _chunk_moe_layers(pv: PlanVars, coeffs: Coefficients, chunk_layers: cp_model.IntVar) -> cp_model.IntVar:
+    """The first chunk's MoE layers: at least its layers − the model's dense ones (all first in the model)."""
+    moe_layers = _new(pv.model, "first_chunk_moe_layers", pv.instance.job.model_spec.layers)
+    pv.model.AddMaxEquality(moe_layers, [0, chunk_layers - coeffs.dense_layers])
+    return moe_layers
+
+
+def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
+                       sharding: OneHot) -> cp_model.IntVar | int:
+    """MoE models: the first chunk's expert gradients, which its dense sync (``_add_dp_sync``) leaves out, sync
+    after it on the same DP stream (``cost.step._dp_sync``): a reduce-scatter, the smallest sync of any ZeRO
+    stage, over the n_e = dp·cp/ep expert-data-parallel ranks, each member's NIC carrying (n_e − 1)/n_e of its
+    ≥ (layers − the model's dense ones) MoE layers' expert gradients ÷ the members sharing its NVLink domain
+    (``cost.step.dp_uses``), where the groups always cross NICs (µs; 0 for dense models)."""
+    if coeffs.model_expert_param_mib == 0 or max(pv.space.ep) == 1:
+        return 0
+    model = pv.model
+    moe = coeffs.layer_kinds.index(LayerKind.MOE)
+    bytes_ratio = co.GRAD_REDUCE_BYTES / co.WEIGHT_BYTES  # the coefficient is a pair of weight passes
+    # one pass at n_e is ½·ring_factor(n_e) of the pair at n = 2
+    per_group = {d: [int(coeffs.zero3_nic_pair_us[key][moe][1] * bytes_ratio * ring_factor(d // key[1]) / 2)
+                     if coeffs.zero3_on_nic[key] and d % key[1] == 0 and d // key[1] > 1 else 0
+                     for key in sharding.values] for d, _ in groups}
+    per_layer = _new(model, "first_chunk_expert_sync_us_per_layer", max(max(v) for v in per_group.values()))
+    for d, d_lit in groups:
+        model.Add(per_layer >= sharding.linear(per_group[d])).OnlyEnforceIf(d_lit)
+    return _product(model, "first_chunk_expert_sync_us", moe_layers, per_layer)
+
+
+def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
                             ring_hop: cp_model.IntVar, tree_ring: list[cp_model.IntVar] | None
                             ) -> cp_model.IntVar | int:
     """MoE models: the first chunk's expert gradients sync (and ZeRO-1/2 gather) in buckets of their own, each
@@ -1295,8 +1372,6 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     if not crossing:
         return 0
     layers = pv.instance.job.model_spec.layers
-    moe_layers = _new(model, "first_chunk_moe_layers", layers)
-    model.AddMaxEquality(moe_layers, [0, chunk_layers - coeffs.dense_layers])
     kiloparams = [coeffs.expert_kiloparams_per_layer[shape] for shape in pv.shape.values]
     per_layer = pv.shape.value_var(model, "expert_kiloparams_per_layer", kiloparams)
     chunk_kiloparams = _product(model, "first_chunk_expert_kiloparams", moe_layers, per_layer)
