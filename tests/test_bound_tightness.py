@@ -829,6 +829,15 @@ def test_moe_steps_carry_the_expert_gradients_through_every_nic(load_shipped_ins
 
 
 def test_moe_expert_gradient_bounds_stay_below_the_simulator(load_shipped_instance) -> None:
-    ratios = bound_ratios(load_shipped_instance("chain-four-buildings-mixtral-8x22b.yaml"), 6,
-                          lambda plan: plan.ep > 1 and plan.zero_stage < 3)
+    """At ep = 1 the experts sync with the dense weights over the same ranks: counted once (they were counted
+    twice at first, 2.33 → 3.70 s against 3.10 s simulated on the pinned plan, DP across four buildings)."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b.yaml")
+    plan = Plan.model_validate({
+        "tp": 8, "cp": 8, "pp": 1, "dp": 128, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1, "schedule": "1f1b",
+        "zero_stage": 1, "tp_comm_overlap": True,
+        "placement": {"cross_building": "dp", "layers_per_stage": [56], "buildings": [
+            {"building": f"bldg-{name}", "dp_replicas": 32, "pp_stages": 1} for name in "abcd"]},
+        "network": CHAIN_MIXTRAL_ZB_V_PP2["network"]})
+    assert plan_bound_s(instance, plan) <= simulate(instance, plan).step_time_s * 1.01
+    ratios = bound_ratios(instance, 6, lambda plan: plan.ep > 1 and plan.zero_stage < 3)
     assert max(ratios) <= 1.01

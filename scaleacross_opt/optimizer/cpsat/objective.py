@@ -1336,7 +1336,8 @@ def _chunk_moe_layers(pv: PlanVars, coeffs: Coefficients, chunk_layers: cp_model
 
 def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
                        sharding: OneHot) -> cp_model.IntVar | int:
-    """MoE models: the first chunk's expert gradients, which its dense sync (``_add_dp_sync``) leaves out, sync
+    """MoE models: the first chunk's expert gradients, which its dense sync (``_add_dp_sync``) leaves out where
+    ep > 1 (at ep = 1 they sync with the dense ones, over the same ranks), sync
     after it on the same DP stream (``cost.step._dp_sync``): a reduce-scatter, the smallest sync of any ZeRO
     stage, over the n_e = dp·cp/ep expert-data-parallel ranks, each member's NIC carrying (n_e − 1)/n_e of its
     ≥ (layers − the model's dense ones) MoE layers' expert gradients ÷ the members sharing its NVLink domain
@@ -1348,7 +1349,7 @@ def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe
     bytes_ratio = co.GRAD_REDUCE_BYTES / co.WEIGHT_BYTES  # the coefficient is a pair of weight passes
     # one pass at n_e is ½·ring_factor(n_e) of the pair at n = 2
     per_group = {d: [int(coeffs.zero3_nic_pair_us[key][moe][1] * bytes_ratio * ring_factor(d // key[1]) / 2)
-                     if coeffs.zero3_on_nic[key] and d % key[1] == 0 and d // key[1] > 1 else 0
+                     if key[1] > 1 and coeffs.zero3_on_nic[key] and d % key[1] == 0 and d // key[1] > 1 else 0
                      for key in sharding.values] for d, _ in groups}
     per_layer = _new(model, "first_chunk_expert_sync_us_per_layer", max(max(v) for v in per_group.values()))
     for d, d_lit in groups:
