@@ -63,6 +63,7 @@ from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
 from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
+from ..space import Shape
 from .crossings import add_crossing_bound
 from .variables import OneHot, PlanVars, Transport
 
@@ -436,7 +437,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
          for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
         holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
 
-    nic_busy = _dp_nic_bounds(pv, coeffs, groups, sharding)
+    nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
         nic_busy += _zero3_nic_bounds(pv, coeffs, groups, sharding)
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
@@ -460,7 +461,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                             bucket_latency, inner, tree_ring)
     chunk_sync = _new(model, "first_chunk_sync_us")
     moe_layers = _chunk_moe_layers(pv, coeffs, chunk_layers)
-    model.Add(chunk_sync == dense_sync + _expert_chunk_sync(pv, coeffs, groups, moe_layers, sharding))
+    model.Add(chunk_sync == dense_sync + _expert_chunk_sync(pv, coeffs, moe_layers))
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -944,8 +945,7 @@ def _group_on_nics(pv: PlanVars, coeffs: Coefficients, sharding: OneHot) -> cp_m
     return on_nic
 
 
-def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
-                   ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
+def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-0..2 where the DP groups always cross NICs:
     each step every GPU's NIC carries its stage's gradient sync and (ZeRO-1/2) updated-weight gather, two
     ring passes of 2 bytes per parameter (all-reduce, or reduce-scatter + all-gather:
@@ -954,7 +954,7 @@ def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shardin
     (``cost.step.dp_uses``). Some stage holds ≥ ⌈L/pp⌉ layers (≥ the cheapest kind's weights each), and
     some stage ≥ ⌈L_moe/pp⌉ MoE layers (each with its experts): the expert gradients, which the per-chunk
     sync terms leave out, bound MoE steps here."""
-    model = pv.model
+    n = pv.instance.num_gpus
     zero = [z for z in pv.zero.values if z < 3]
     if not zero:
         return []
@@ -962,21 +962,22 @@ def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shardin
     passes = min((2 * co.GRAD_REDUCE_BYTES if z == 0 else co.GRAD_REDUCE_BYTES + co.WEIGHT_BYTES) for z in zero)
     factor = passes / (2 * co.WEIGHT_BYTES)
     not_zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
-    on_nic = _group_on_nics(pv, coeffs, sharding)
     kinds = layer_kinds(pv.instance.job.model_spec)
     total, moe = len(kinds), kinds.count(LayerKind.MOE)
+    heavy = coeffs.layer_kinds.index(LayerKind.MOE) if moe else None
     bounds = []
-    for d, d_lit in groups:
-        per_kind = {key: _gather_pairs_us(coeffs.zero3_nic_pair_us[key], key[1], d) for key in sharding.values}
-        least = sharding.value_var(model, f"dp_nic_pair_us[{d}]", [int(min(us)) for us in per_kind.values()])
-        heavy = (sharding.value_var(model, f"dp_nic_moe_pair_us[{d}]",
-                                    [int(us[coeffs.layer_kinds.index(LayerKind.MOE)]) for us in per_kind.values()])
-                 if moe else None)
-        for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
-            when = [d_lit, pp_lit, on_nic, *not_zero3]
-            bounds.append((int(SCALE * factor * math.ceil(total / pp)) * least, when))
-            if heavy is not None:
-                bounds.append((int(SCALE * factor * math.ceil(moe / pp)) * heavy, when))
+    for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
+        # the DP group's n = dp·cp = N/(tp·pp) follows from the shape at a given pp: one linear term per pp
+        least, most = [], []
+        for shape in pv.shape.values:
+            key, d = (shape.tp, shape.ep), n // (shape.tp * pp)
+            us = (_gather_pairs_us(coeffs.zero3_nic_pair_us[key], shape.ep, d)
+                  if coeffs.zero3_on_nic[key] and n % (shape.tp * pp) == 0 else [0.0] * len(coeffs.layer_kinds))
+            least.append(int(SCALE * factor * math.ceil(total / pp) * min(us)))
+            most.append(int(SCALE * factor * math.ceil(moe / pp) * us[heavy]) if heavy is not None else 0)
+        bounds.append((pv.shape.linear(least), [pp_lit, *not_zero3]))
+        if heavy is not None:
+            bounds.append((pv.shape.linear(most), [pp_lit, *not_zero3]))
     return bounds
 
 
@@ -1334,8 +1335,7 @@ def _chunk_moe_layers(pv: PlanVars, coeffs: Coefficients, chunk_layers: cp_model
     return moe_layers
 
 
-def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
-                       sharding: OneHot) -> cp_model.IntVar | int:
+def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, moe_layers: cp_model.IntVar) -> cp_model.IntVar | int:
     """MoE models: the first chunk's expert gradients, which its dense sync (``_add_dp_sync``) leaves out where
     ep > 1 (at ep = 1 they sync with the dense ones, over the same ranks), sync
     after it on the same DP stream (``cost.step._dp_sync``): a reduce-scatter, the smallest sync of any ZeRO
@@ -1347,13 +1347,18 @@ def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe
     model = pv.model
     moe = coeffs.layer_kinds.index(LayerKind.MOE)
     bytes_ratio = co.GRAD_REDUCE_BYTES / co.WEIGHT_BYTES  # the coefficient is a pair of weight passes
-    # one pass at n_e is ½·ring_factor(n_e) of the pair at n = 2
-    per_group = {d: [int(coeffs.zero3_nic_pair_us[key][moe][1] * bytes_ratio * ring_factor(d // key[1]) / 2)
-                     if key[1] > 1 and coeffs.zero3_on_nic[key] and d % key[1] == 0 and d // key[1] > 1 else 0
-                     for key in sharding.values] for d, _ in groups}
-    per_layer = _new(model, "first_chunk_expert_sync_us_per_layer", max(max(v) for v in per_group.values()))
-    for d, d_lit in groups:
-        model.Add(per_layer >= sharding.linear(per_group[d])).OnlyEnforceIf(d_lit)
+    # one pass at n_e is ½·ring_factor(n_e) of the pair at n = 2; n_e = dp·cp/ep = N/(tp·pp·ep) at a given pp
+    n = pv.instance.num_gpus
+
+    def pass_us(shape: Shape, pp: int) -> int:
+        key, ranks = (shape.tp, shape.ep), n // (shape.tp * pp * shape.ep)
+        if shape.ep == 1 or not coeffs.zero3_on_nic[key] or n % (shape.tp * pp * shape.ep) or ranks < 2:
+            return 0
+        return int(coeffs.zero3_nic_pair_us[key][moe][1] * bytes_ratio * ring_factor(ranks) / 2)
+    per_pp = {pp: [pass_us(shape, pp) for shape in pv.shape.values] for pp in pv.pp.values}
+    per_layer = _new(model, "first_chunk_expert_sync_us_per_layer", max(max(v) for v in per_pp.values()))
+    for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
+        model.Add(per_layer >= pv.shape.linear(per_pp[pp])).OnlyEnforceIf(pp_lit)
     return _product(model, "first_chunk_expert_sync_us", moe_layers, per_layer)
 
 
