@@ -178,8 +178,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     ring_hop = _ring_hop_us(pv, coeffs, successors, "dp_ring_hop_us", inter_group)
     groups = _dp_group_sizes(pv)
     inner = _inner_ring(pv, groups)
-    sharding = _sharding_choice(pv)
-    gathers = (_zero3_gathers(pv, coeffs, successors, inter_group, ring_hop, groups, inner, sharding)
+    gathers = (_zero3_gathers(pv, coeffs, successors, inter_group, ring_hop, groups, inner)
                if 3 in pv.zero.values else None)
 
     # Layer costs depend on whether the schedule pairs micro-batches (DualPipe hides the EP all-to-all)
@@ -439,7 +438,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
-        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, sharding)
+        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding)
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -770,7 +769,7 @@ def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) ->
 
 def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                    inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
-                   inner: InnerRing | None, sharding: OneHot) -> _Zero3Gathers:
+                   inner: InnerRing | None) -> _Zero3Gathers:
     """ZeRO-3 gathers each layer's weights before its forward and again before its backward, one layer ahead
     of the compute, so a layer's forward + backward lasts at least g ≥ the pair of all-gathers
     (``cost.step._chunk_cost``: max(fwd, gather) + max(bwd, gather) ≥ 2·gather); g is 0 for other ZeRO
@@ -786,6 +785,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
       route (hierarchical) or of the ring's slowest hop (flat, ``_ring_hop_us``)."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
+    sharding = _sharding_choice(pv)
     several = len(coeffs.layer_kinds) > 1  # MoE first, then dense
 
     def var_of(name: str, values: list[int]) -> cp_model.IntVar:
@@ -938,13 +938,6 @@ def _sharding_choice(pv: PlanVars) -> OneHot:
                          for key in keys])
 
 
-def _group_on_nics(pv: PlanVars, coeffs: Coefficients, sharding: OneHot) -> cp_model.IntVar:
-    """True when the shape's DP groups always cross NICs (no pipeline depth fits one in an NVLink domain)."""
-    on_nic = pv.model.NewBoolVar("dp_group_on_nics")
-    pv.model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
-    return on_nic
-
-
 def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-0..2 where the DP groups always cross NICs:
     each step every GPU's NIC carries its stage's gradient sync and (ZeRO-1/2) updated-weight gather, two
@@ -990,7 +983,8 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     the products stay tight in the search."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
-    on_nic = _group_on_nics(pv, coeffs, sharding)
+    on_nic = model.NewBoolVar("zero3_group_on_nics")
+    model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
     dense = sharding.value_var(pv.model, "zero3_nic_dense_pair_us",
                         [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
     step_bounds = []
