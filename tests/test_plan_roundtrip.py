@@ -5,14 +5,18 @@ search records for a plan is that plan's own."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from scaleacross_opt.io import check_loaded_instance, load_model
+from scaleacross_opt.io import check_loaded_instance, load_instance, load_model
 from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
 from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.extract import plan_assignment, plan_of, untrimmed_layers
 from scaleacross_opt.optimizer.enumerate import enumerate_plans
+from scaleacross_opt.optimizer.neighbourhood import neighbours, random_plan
 from scaleacross_opt.optimizer.placement import materialize_layers
+from scaleacross_opt.optimizer.refine import plan_bound_us
 from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.spec import Building, Cluster, Instance, Job, Link, SearchSpace
 
@@ -74,8 +78,6 @@ def test_untrimmed_layers_recovers_counts_when_trimming_spills_into_the_next_bui
 
 def test_cpsat_model_of_every_shipped_instance_is_valid(instances_dir) -> None:
     """No coefficient × domain product overflows int64 (CP-SAT would answer MODEL_INVALID)."""
-    from scaleacross_opt.io import load_instance
-
     for path in sorted(instances_dir.glob("*.yaml")):
         if "infeasible" in path.name:
             continue
@@ -83,3 +85,30 @@ def test_cpsat_model_of_every_shipped_instance_is_valid(instances_dir) -> None:
         space = prune_space(instance, design_space(instance))
         pv = build_model(instance, space, build_coefficients(instance, space))
         assert pv.model.Validate() == "", (path.name, pv.model.Validate()[:300])
+
+
+def test_an_assignment_is_returned_only_for_plans_the_model_admits(instances_dir) -> None:
+    """Local search reaches layer splits the model cannot state (trimming more than pp − 2 layers: a stage
+    below a later stage of its own building); ``plan_assignment`` answers None for them, and every
+    assignment it does return is admitted by the model (a bound exists) and describes the plan's placement,
+    so no plan is recorded with a bound the model never gave it."""
+    instance = load_instance(instances_dir / "small-two-buildings-llama3-8b.yaml")
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    rng = random.Random(0)
+    plans: dict[str, object] = {}
+    while len(plans) < 120:
+        plan = random_plan(instance, space, rng)
+        if plan is not None:
+            for p in (plan, *rng.sample(neighbours(instance, space, plan), k=2)):
+                p = p.model_copy(update={"tp_comm_overlap": space.tp_comm_overlap})
+                plans.setdefault(p.model_dump_json(), p)
+    outside = 0
+    for plan in plans.values():
+        assignment = plan_assignment(pv, plan)
+        if assignment is None:
+            outside += 1
+            continue
+        assert plan_of(pv, assignment).placement == plan.placement, plan.model_dump_json()
+        assert plan_bound_us(pv, assignment, 0) is not None, plan.model_dump_json()
+    assert 0 < outside < len(plans) // 4, outside

@@ -233,11 +233,20 @@ def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int
     model requires), and the trimming takes a layer from each other stage above ``virtual_stages`` per pass.
     After P passes a stage lost P or P − 1 layers (or stopped at the floor), so ℓ of a run is one of its
     stages' layers + P or + P − 1; the smallest P that explains ``layers`` wins, then the smallest ℓ.
-    Returns None when no ℓ does, or none within ``UNTRIM_TRIALS`` candidate ℓ (runs whose stages all sit at the
-    floor admit any ℓ up to P above it, so an inexplicable split could otherwise take minutes; a plan without
-    an assignment is simulated but neither bounded nor cut off)."""
+    The model trims at most pp − 2 layers in all (``cpsat.placement``): a split that needs more (a stage
+    trimmed below a later stage of its own building, a head stage above every regular stage of its
+    building) is a valid plan outside the model, answered None. Returns None too when no ℓ explains the
+    split, or none within ``UNTRIM_TRIALS`` candidate ℓ (runs whose stages all sit at the floor admit any ℓ
+    up to P above it, so an inexplicable split could otherwise take minutes; a plan without an assignment
+    is simulated but neither bounded nor cut off)."""
     total = sum(layers)
+    max_excess = max(len(layers) - 2, 0)
     trials = 0
+
+    def excess(counts) -> int:  # slots beyond the model's layers, the head stage holding its own count
+        slots = sum(ell * count for ell, count in zip(counts, stage_counts, strict=True))
+        return slots - counts[head_run] + layers[head_stage] - total
+
     run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
     head_run = run_of[head_stage]
     regular = [[layers[i] for i in range(len(layers)) if run_of[i] == r and i != head_stage]
@@ -253,10 +262,14 @@ def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int
                      else set(range(virtual_stages, virtual_stages + passes + 1)))
             floor = max(max(held), layers[head_stage] if r == head_run else 0)
             options.append(sorted(x for x in found if x >= floor))
+        if all(options) and excess([run[0] for run in options]) > max_excess:
+            return None  # more passes only raise ℓ, and the excess with it
         for counts in product(*options):
             trials += 1
             if trials > UNTRIM_TRIALS:
                 return None
+            if excess(counts) > max_excess:
+                continue
             try:
                 trimmed = materialize_layers(stage_counts, list(counts), total, virtual_stages,
                                              layers[head_stage], head_stage)
