@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scaleacross_opt.cost import step
 from scaleacross_opt.cost.collectives import (
     Collective,
     Level,
@@ -13,6 +14,12 @@ from scaleacross_opt.cost.collectives import (
     ring_half_s,
     span_collective_s,
 )
+from scaleacross_opt.cost.compute import layer_kinds
+from scaleacross_opt.cost.layout import resolve
+from scaleacross_opt.cost.memory import layer_params
+from scaleacross_opt.io import load_instance
+from scaleacross_opt.plan_defaults import fill_defaults
+from scaleacross_opt.spec import BuildingShare, CrossBuilding, Placement, Plan
 from scaleacross_opt.spec.network import CollectiveAlgorithm
 
 RING, TREE, PAT, HIER = (CollectiveAlgorithm.RING, CollectiveAlgorithm.TREE, CollectiveAlgorithm.PAT,
@@ -64,6 +71,37 @@ def test_multi_node_ring_runs_at_the_domains_aggregate_nic_bandwidth() -> None:
     # TP8: one member per node, one NIC
     single = [Level(1, nvlink, 3e-6), Level(32, nic, 1e-5)]
     assert span_collective_s(AR, RING, single, 1e9) == pytest.approx(flat_collective_s(AR, RING, 32, 1e9, nic, 1e-5))
+
+
+def test_a_group_spread_unevenly_over_buildings_steps_through_its_own_members() -> None:
+    # 32 members in one building, 16 in the other: the levels hold the fuller building's 32 domains × 2
+    # buildings (64), the ring has 48 members, so 47 steps at the slowest level's latency
+    levels = [Level(1, 360e9, 3e-6), Level(32, 48e9, 1.1e-5), Level(2, 50e9, 1.5e-4)]
+    got = span_collective_s(AG, RING, levels, 2e8, ranks=48)
+    assert got == pytest.approx(flat_collective_s(AG, RING, 48, 2e8, 48e9, 1.5e-4))
+    assert span_collective_s(AG, RING, levels, 2e8) == pytest.approx(flat_collective_s(AG, RING, 64, 2e8, 48e9, 1.5e-4))
+
+
+def test_uneven_dp_groups_across_buildings_cost_their_real_ring(instances_dir) -> None:
+    """pp+dp with groups of 2 and 1 buildings: stage 0's DP group holds 32 replicas in one building and 16 in
+    another; its ZeRO-3 gather of a layer is a 48-member ring over the NICs and the cross-building route."""
+    instance = load_instance(instances_dir / "three-buildings-campus-llama3-70b.yaml")
+    shares = [BuildingShare(building="bldg-a", dp_replicas=32, pp_stages=16, group=0),
+              BuildingShare(building="bldg-b", dp_replicas=32, pp_stages=16, group=0),
+              BuildingShare(building="bldg-c", dp_replicas=16, pp_stages=32, group=1)]
+    plan = fill_defaults(instance, Plan(
+        tp=8, cp=1, pp=32, dp=48, micro_batch_size=1, zero_stage=3, schedule="1f1b",
+        placement=Placement(cross_building=CrossBuilding.PP_DP, buildings=shares,
+                            layers_per_stage=[2] * 16 + [3] * 15 + [3])))
+    layout = resolve(instance, plan)
+    span = layout.dp_span(0)
+    assert span.size == 48 and span.members == (32, 16)
+    collectives = step._dp_collectives(layout, 0)
+    params = layer_params(instance.job.model_spec, layer_kinds(instance.job.model_spec)[0], 8, 1)
+    bandwidth = min(level.bandwidth_bytes_per_s for level in collectives.dense if level.ranks > 1)
+    latency = max(level.latency_s for level in collectives.dense if level.ranks > 1)
+    expected = flat_collective_s(AG, collectives.algorithm, 48, params.dense * 2, bandwidth, latency)
+    assert step._zero3_gather_s(layout, 0, params) == pytest.approx(expected)
 
 
 def test_hierarchical_splits_off_the_buildings() -> None:

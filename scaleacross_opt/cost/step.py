@@ -341,6 +341,8 @@ class _DpCollectives:
     dense: list[Level]
     expert: list[Level]
     algorithm: CollectiveAlgorithm
+    dense_ranks: int  # members of each group (fewer than the levels' product where spread unevenly)
+    expert_ranks: int
 
 
 @functools.lru_cache(maxsize=4096)  # called per chunk, per layer kind (ZeRO-3) and per stage (resource_busy)
@@ -360,6 +362,8 @@ def _dp_collectives(layout: ResolvedPlan, stage: int) -> _DpCollectives:
         span_levels(layout, dense, plan.tp, hierarchical),
         span_levels(layout, expert, plan.tp * plan.ep, hierarchical),
         algorithm,
+        dense.size,
+        expert.size,
     )
 
 
@@ -375,8 +379,8 @@ def _zero3_gather_s(layout: ResolvedPlan, stage: int, params: ParamCount) -> flo
     """One ZeRO-3 all-gather of a chunk's bf16 weights over the stage's real DP span."""
     dp = _dp_collectives(layout, stage)
     ag = Collective.ALL_GATHER
-    return (span_collective_s(ag, dp.algorithm, dp.dense, params.dense * co.WEIGHT_BYTES)
-            + span_collective_s(ag, dp.algorithm, dp.expert, params.expert * co.WEIGHT_BYTES))
+    return (span_collective_s(ag, dp.algorithm, dp.dense, params.dense * co.WEIGHT_BYTES, dp.dense_ranks)
+            + span_collective_s(ag, dp.algorithm, dp.expert, params.expert * co.WEIGHT_BYTES, dp.expert_ranks))
 
 
 def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building) -> _ChunkCost:
@@ -521,12 +525,14 @@ def _dp_sync(layout: ResolvedPlan, stage: int, params: ParamCount, buckets: tupl
     sync = Collective.ALL_REDUCE if plan.zero_stage == 0 else Collective.REDUCE_SCATTER
     gather = plan.zero_stage in (1, 2)
     grads = gathers = 0.0
-    for levels, count, n in ((dp.dense, params.dense, buckets[0]), (dp.expert, params.expert, buckets[1])):
+    for levels, ranks, count, n in ((dp.dense, dp.dense_ranks, params.dense, buckets[0]),
+                                    (dp.expert, dp.expert_ranks, params.expert, buckets[1])):
         if n == 0:
             continue
-        grads += n * span_collective_s(sync, dp.algorithm, levels, count / n * co.GRAD_REDUCE_BYTES)
+        grads += n * span_collective_s(sync, dp.algorithm, levels, count / n * co.GRAD_REDUCE_BYTES, ranks)
         if gather:
-            gathers += n * span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count / n * co.WEIGHT_BYTES)
+            gathers += n * span_collective_s(Collective.ALL_GATHER, dp.algorithm, levels, count / n * co.WEIGHT_BYTES,
+                                             ranks)
     halves = 2.0 if sync is Collective.ALL_REDUCE else 1.0
     return _DpSync(grads, gathers, dp_uses(layout, stage, params, halves * co.GRAD_REDUCE_BYTES),
                    dp_uses(layout, stage, params, co.WEIGHT_BYTES) if gather else {})

@@ -57,7 +57,7 @@ from ortools.sat.python import cp_model
 from ...catalog import coefficients as co
 from ...cost.compute import LayerKind, layer_kinds
 from ...cost.layout import nvlink_domain
-from ...cost.memory import embedding_params
+from ...cost.memory import embedding_params, layer_params
 from ...cost.step import megatron_bucket_params
 from ...schedules import get_schedule
 from ...spec import CollectiveAlgorithm, CrossBuilding
@@ -217,6 +217,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 discount = either
             bounds.append((coeffs.heavy_layer_us, discount, "heavy_layer", gathers.heavy if gathers else None))
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
+        if gathers is not None:
+            head = _head_or_gathers(pv, building.name, head, gathers)
         conditions = [[pv.used[b], lit] for lit in whole]  # when this building holds a pipeline's LM-head stage
         if pp_mode is not None:
             conditions.append([pv.used[b], pv.head[b], pp_mode])
@@ -280,10 +282,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                products["layer_slots"])
     m_head = _product(model, "m*t_head", pv.microbatches, t_head_max)
     even = pv.layers  # in whole-pipeline modes every used building has the same layers[b]
-    before_last_regular = [
-        _product(model, f"layers_before_regular*c[{b.name}]",
-                 _layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]]), fastest)
-        for i, b in enumerate(buildings)]
+    left_of_last_regular = [_layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]])
+                            for i, b in enumerate(buildings)]
+    before_last_regular = [_product(model, f"layers_before_regular*c[{b.name}]", left, fastest)
+                           for b, left in zip(buildings, left_of_last_regular, strict=True)]
     m_regular = _product(model, "m*t_reg", pv.microbatches, t_reg)
     # pp+dp: every group's last regular stage also holds the even split; on the fastest GPU it takes
     # layers·c_min (which building of its group holds it is not modelled)
@@ -355,6 +357,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     split_chain = None
+    regular_chain: list[tuple[cp_model.IntVar, cp_model.IntVar]] = []
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
     less_weight = _new(model, "fastest_layer_less_weight_us")  # c_min − W: a layer's F + B at least
@@ -405,13 +408,29 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             # the last one's: T ≥ m·t_k + Σ_{s<k} (t_s − W_s) − trailing W·W_k + hops
             if split_chain is None:
                 split_chain = _split_backward_chain(pv, coeffs, layers_before_head, less_weight, layer_weight)
+                regular_chain = _regular_split_chains(pv, left_of_last_regular, less_weight, layer_weight)
             before_less_w, head_w = split_chain
             for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
-                counts = [schedule.trailing_weight_ops(pp, v, m) for m in pv.microbatch_values
-                          if schedule.check(pp, v, m) is None]
-                if pp > 1 and counts:
-                    model.Add(pipeline >= m_head + hops + before_less_w - max(counts) * head_w
-                              ).OnlyEnforceIf([lit, pp_lit])
+                valid = [m for m in pv.microbatch_values if schedule.check(pp, v, m) is None]
+                if pp < 2 or not valid:
+                    continue
+                trailing = max(schedule.trailing_weight_ops(pp, v, m) for m in valid)
+                model.Add(pipeline >= m_head + hops + before_less_w - trailing * head_w).OnlyEnforceIf([lit, pp_lit])
+                # … and likewise the last regular stage k = pp − 2 (it holds the untrimmed ℓ_b, ≥ t_reg per
+                # micro-batch where whole pipelines or pp+dp groups share one split; PP across: its own
+                # m·t where it is the last building's): where the W ops are small (ZeRO-3's gathers lengthen
+                # F and B only) this chain is ~3× the bubble the β = 1/3 bound below charges
+                trailing = max(schedule.trailing_weight_ops(pp, v, m, pp - 2) for m in valid)
+                for b, (before_less_w_b, stage_w) in enumerate(regular_chain):
+                    chain = before_less_w_b - trailing * stage_w
+                    for mode_lit in whole:
+                        model.Add(pipeline >= m_regular + hops - 2 * coeffs.intra_hop_us + chain
+                                  ).OnlyEnforceIf([lit, pp_lit, mode_lit, pv.used[b]])
+                    if two_stages:
+                        model.Add(pipeline >= m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us + chain
+                                  ).OnlyEnforceIf([lit, pp_lit, pp_mode, products["last_used"][b], two_stages[b]])
+                    if pp_dp is not None:
+                        model.Add(pipeline >= m_even_fastest[b] + chain).OnlyEnforceIf([lit, pp_lit, pp_dp, pv.used[b]])
         for b in range(len(buildings)):
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
@@ -669,6 +688,17 @@ def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head
     model.Add(head_w == _product(model, "head_layers*w", pv.head_layers, weight)
               + pv.shape.linear([coeffs.head_weight_us[shape] for shape in shapes]))
     return before, head_w
+
+
+def _regular_split_chains(pv: PlanVars, layers_before: list[cp_model.IntVar], less_weight: cp_model.IntVar,
+                          weight: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
+    """Per building b, for the chain through the last regular stage (pp − 2) under a split backward: (the layers
+    before it × ``less_weight`` = max(0, c_min − W), a lower bound of their F + B on one micro-batch's chain;
+    ℓ_b·W_layer, an upper bound of that stage's W per micro-batch, ℓ_b the most layers a stage of b holds)."""
+    model = pv.model
+    return [(_product(model, f"layers_before_regular*(c-w)[{name}]", before, less_weight),
+             _product(model, f"layers*w[{name}]", layers, weight))
+            for name, before, layers in zip(pv.buildings, layers_before, pv.layers, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -929,6 +959,27 @@ def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
     model.Add(members >= INNER_WIDE).OnlyEnforceIf(wide)
     model.Add(members <= INNER_WIDE - 1).OnlyEnforceIf(wide.Not())
     return InnerRing(members, wide)
+
+
+def _head_or_gathers(pv: PlanVars, name: str, head: cp_model.LinearExpr, gathers: _Zero3Gathers
+                     ) -> cp_model.IntVar:
+    """The LM head's fwd+bwd on a GPU of ``name``, at least its pair of ZeRO-3 gathers: ZeRO-3 gathers the head
+    like one more layer (``cost.step._chunk_cost``) over the same DP group, so its pair ≥ r·(the cheapest
+    layer's pair) with r = min(1, head weights ÷ that layer's non-expert weights) — the latency part is the
+    same, the bandwidth part in proportion to the bytes — both per GPU and whole (the cross-building bound
+    counts whole layers). Only where the cheapest kind has no experts (which are gathered over fewer ranks,
+    on another path); ``gathers.light`` is 0 without ZeRO-3."""
+    model, spec = pv.model, pv.instance.job.model_spec
+    out = _new(model, f"head_or_gathers_us[{name}]")
+    model.Add(out >= head)
+    kinds = layer_kinds(spec)
+    for (tp, ep), lit in zip(gathers.sharding.values, gathers.sharding.lits, strict=True):
+        if min(layer_params(spec, kind, tp, ep).expert for kind in kinds) > 0:
+            continue
+        ratio = min(1.0, *(embedding_params(spec, t) / min(layer_params(spec, kind, t, e).dense for kind in kinds)
+                           for t, e in ((tp, ep), (1, 1))))
+        model.Add(SCALE * out >= int(SCALE * ratio) * gathers.light).OnlyEnforceIf(lit)
+    return out
 
 
 def _sharding_choice(pv: PlanVars) -> OneHot:
