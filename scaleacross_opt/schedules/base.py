@@ -77,11 +77,9 @@ class PipelineSchedule(ABC):
         """The op order of one stage (``stage_ops``; schedules that can build one stage alone do)."""
         return self.stage_ops(pp, virtual_stages, num_microbatches)[stage]
 
-    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int | None = None) -> int:
-        """W ops ``stage`` (default: the LM-head stage) runs after its last B (its pending weight gradients at the
-        end)."""
-        stage = self.head_stage(pp, virtual_stages) if stage is None else stage
-        ops = self.stage_order(pp, virtual_stages, num_microbatches, stage)
+    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """W ops the LM-head stage runs after its last B (its pending weight gradients at the end)."""
+        ops = self.stage_order(pp, virtual_stages, num_microbatches, self.head_stage(pp, virtual_stages))
         last_b = max(i for i, op in enumerate(ops) if op.kind is OpKind.B)
         return sum(op.kind is OpKind.W for op in ops[last_b + 1:])
 

@@ -42,10 +42,9 @@ class ZeroBubbleH1(PipelineSchedule):
         """One stage's order alone."""
         return defer_weight_grads(one_f_one_b_stage_order(pp, num_microbatches, stage), stage)
 
-    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int, stage: int | None = None) -> int:
-        """Stage s keeps s W ops pending (the last one p − 1): they and its last B's own W follow that B."""
-        stage = pp - 1 if stage is None else stage
-        return min(stage + 1, num_microbatches)
+    def trailing_weight_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
+        """The last stage keeps p−1 W ops pending: they and its last B's own W follow that B."""
+        return min(pp, num_microbatches)
 
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p on every stage (m ≥ p)."""

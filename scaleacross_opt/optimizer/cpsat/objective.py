@@ -282,10 +282,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                products["layer_slots"])
     m_head = _product(model, "m*t_head", pv.microbatches, t_head_max)
     even = pv.layers  # in whole-pipeline modes every used building has the same layers[b]
-    left_of_last_regular = [_layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]])
-                            for i, b in enumerate(buildings)]
-    before_last_regular = [_product(model, f"layers_before_regular*c[{b.name}]", left, fastest)
-                           for b, left in zip(buildings, left_of_last_regular, strict=True)]
+    before_last_regular = [
+        _product(model, f"layers_before_regular*c[{b.name}]",
+                 _layers_left(pv, f"before_regular[{b.name}]", layers_total, [even[i]]), fastest)
+        for i, b in enumerate(buildings)]
     m_regular = _product(model, "m*t_reg", pv.microbatches, t_reg)
     # pp+dp: every group's last regular stage also holds the even split; on the fastest GPU it takes
     # layers·c_min (which building of its group holds it is not modelled)
@@ -357,7 +357,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     split_chain = None
-    regular_chain: list[tuple[cp_model.IntVar, cp_model.IntVar]] = []
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
     less_weight = _new(model, "fastest_layer_less_weight_us")  # c_min − W: a layer's F + B at least
@@ -408,29 +407,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             # the last one's: T ≥ m·t_k + Σ_{s<k} (t_s − W_s) − trailing W·W_k + hops
             if split_chain is None:
                 split_chain = _split_backward_chain(pv, coeffs, layers_before_head, less_weight, layer_weight)
-                regular_chain = _regular_split_chains(pv, left_of_last_regular, less_weight, layer_weight)
             before_less_w, head_w = split_chain
             for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
-                valid = [m for m in pv.microbatch_values if schedule.check(pp, v, m) is None]
-                if pp < 2 or not valid:
-                    continue
-                trailing = max(schedule.trailing_weight_ops(pp, v, m) for m in valid)
-                model.Add(pipeline >= m_head + hops + before_less_w - trailing * head_w).OnlyEnforceIf([lit, pp_lit])
-                # … and likewise the last regular stage k = pp − 2 (it holds the untrimmed ℓ_b, ≥ t_reg per
-                # micro-batch where whole pipelines or pp+dp groups share one split; PP across: its own
-                # m·t where it is the last building's): where the W ops are small (ZeRO-3's gathers lengthen
-                # F and B only) this chain is ~3× the bubble the β = 1/3 bound below charges
-                trailing = max(schedule.trailing_weight_ops(pp, v, m, pp - 2) for m in valid)
-                for b, (before_less_w_b, stage_w) in enumerate(regular_chain):
-                    chain = before_less_w_b - trailing * stage_w
-                    for mode_lit in whole:
-                        model.Add(pipeline >= m_regular + hops - 2 * coeffs.intra_hop_us + chain
-                                  ).OnlyEnforceIf([lit, pp_lit, mode_lit, pv.used[b]])
-                    if two_stages:
-                        model.Add(pipeline >= m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us + chain
-                                  ).OnlyEnforceIf([lit, pp_lit, pp_mode, products["last_used"][b], two_stages[b]])
-                    if pp_dp is not None:
-                        model.Add(pipeline >= m_even_fastest[b] + chain).OnlyEnforceIf([lit, pp_lit, pp_dp, pv.used[b]])
+                counts = [schedule.trailing_weight_ops(pp, v, m) for m in pv.microbatch_values
+                          if schedule.check(pp, v, m) is None]
+                if pp > 1 and counts:
+                    model.Add(pipeline >= m_head + hops + before_less_w - max(counts) * head_w
+                              ).OnlyEnforceIf([lit, pp_lit])
         for b in range(len(buildings)):
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
@@ -688,17 +671,6 @@ def _split_backward_chain(pv: PlanVars, coeffs: Coefficients, layers_before_head
     model.Add(head_w == _product(model, "head_layers*w", pv.head_layers, weight)
               + pv.shape.linear([coeffs.head_weight_us[shape] for shape in shapes]))
     return before, head_w
-
-
-def _regular_split_chains(pv: PlanVars, layers_before: list[cp_model.IntVar], less_weight: cp_model.IntVar,
-                          weight: cp_model.IntVar) -> list[tuple[cp_model.IntVar, cp_model.IntVar]]:
-    """Per building b, for the chain through the last regular stage (pp − 2) under a split backward: (the layers
-    before it × ``less_weight`` = max(0, c_min − W), a lower bound of their F + B on one micro-batch's chain;
-    ℓ_b·W_layer, an upper bound of that stage's W per micro-batch, ℓ_b the most layers a stage of b holds)."""
-    model = pv.model
-    return [(_product(model, f"layers_before_regular*(c-w)[{name}]", before, less_weight),
-             _product(model, f"layers*w[{name}]", layers, weight))
-            for name, before, layers in zip(pv.buildings, layers_before, pv.layers, strict=True)]
 
 
 @dataclass(frozen=True)
