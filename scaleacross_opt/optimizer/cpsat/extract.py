@@ -242,15 +242,15 @@ def untrimmed_layers(layers: list[int], stage_counts: list[int], head_stage: int
     total = sum(layers)
     max_excess = max(len(layers) - 2, 0)
     trials = 0
+    run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
+    head_run = run_of[head_stage]
+    regular = [[layers[i] for i in range(len(layers)) if run_of[i] == r and i != head_stage]
+               for r in range(len(stage_counts))]
 
     def excess(counts) -> int:  # slots beyond the model's layers, the head stage holding its own count
         slots = sum(ell * count for ell, count in zip(counts, stage_counts, strict=True))
         return slots - counts[head_run] + layers[head_stage] - total
 
-    run_of = [r for r, count in enumerate(stage_counts) for _ in range(count)]
-    head_run = run_of[head_stage]
-    regular = [[layers[i] for i in range(len(layers)) if run_of[i] == r and i != head_stage]
-               for r in range(len(stage_counts))]
     for passes in range(total + 1):
         options = []
         for r, held in enumerate(regular):
