@@ -199,6 +199,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
+    head_ratios = _head_gather_ratios(pv, gathers.sharding) if gathers is not None else {}
     head_stages = []  # per building: (head_layers·c_b, c_b, LM head µs, when the LM-head stage is here)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
@@ -218,7 +219,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             bounds.append((coeffs.heavy_layer_us, discount, "heavy_layer", gathers.heavy if gathers else None))
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
         if gathers is not None:
-            head = _head_or_gathers(pv, building.name, head, gathers)
+            head = _head_or_gathers(pv, building.name, head, gathers, head_ratios)
         conditions = [[pv.used[b], lit] for lit in whole]  # when this building holds a pipeline's LM-head stage
         if pp_mode is not None:
             conditions.append([pv.used[b], pv.head[b], pp_mode])
@@ -933,24 +934,30 @@ def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
     return InnerRing(members, wide)
 
 
-def _head_or_gathers(pv: PlanVars, name: str, head: cp_model.LinearExpr, gathers: _Zero3Gathers
-                     ) -> cp_model.IntVar:
+def _head_gather_ratios(pv: PlanVars, sharding: OneHot) -> dict[tuple[int, int], float]:
+    """Per (tp, ep): r = min(1, LM-head weights ÷ the cheapest layer's non-expert weights), per GPU and whole
+    (the cross-building gather bound counts whole layers); left out where every layer kind holds experts
+    (they are gathered over fewer ranks, on another path)."""
+    spec = pv.instance.job.model_spec
+    kinds = layer_kinds(spec)
+    return {(tp, ep): min(1.0, *(embedding_params(spec, t) / min(layer_params(spec, kind, t, e).dense
+                                                                 for kind in kinds)
+                                 for t, e in ((tp, ep), (1, 1))))
+            for tp, ep in sharding.values if min(layer_params(spec, kind, tp, ep).expert for kind in kinds) == 0}
+
+
+def _head_or_gathers(pv: PlanVars, name: str, head: cp_model.LinearExpr, gathers: _Zero3Gathers,
+                     ratios: dict[tuple[int, int], float]) -> cp_model.IntVar:
     """The LM head's fwd+bwd on a GPU of ``name``, at least its pair of ZeRO-3 gathers: ZeRO-3 gathers the head
     like one more layer (``cost.step._chunk_cost``) over the same DP group, so its pair ≥ r·(the cheapest
-    layer's pair) with r = min(1, head weights ÷ that layer's non-expert weights) — the latency part is the
-    same, the bandwidth part in proportion to the bytes — both per GPU and whole (the cross-building bound
-    counts whole layers). Only where the cheapest kind has no experts (which are gathered over fewer ranks,
-    on another path); ``gathers.light`` is 0 without ZeRO-3."""
-    model, spec = pv.model, pv.instance.job.model_spec
+    layer's pair), r from ``_head_gather_ratios`` — the latency part is the same, the bandwidth part in
+    proportion to the bytes; ``gathers.light`` is 0 without ZeRO-3."""
+    model = pv.model
     out = _new(model, f"head_or_gathers_us[{name}]")
     model.Add(out >= head)
-    kinds = layer_kinds(spec)
-    for (tp, ep), lit in zip(gathers.sharding.values, gathers.sharding.lits, strict=True):
-        if min(layer_params(spec, kind, tp, ep).expert for kind in kinds) > 0:
-            continue
-        ratio = min(1.0, *(embedding_params(spec, t) / min(layer_params(spec, kind, t, e).dense for kind in kinds)
-                           for t, e in ((tp, ep), (1, 1))))
-        model.Add(SCALE * out >= int(SCALE * ratio) * gathers.light).OnlyEnforceIf(lit)
+    for key, lit in zip(gathers.sharding.values, gathers.sharding.lits, strict=True):
+        if key in ratios:
+            model.Add(SCALE * out >= int(SCALE * ratios[key]) * gathers.light).OnlyEnforceIf(lit)
     return out
 
 
