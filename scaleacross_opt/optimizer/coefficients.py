@@ -139,6 +139,7 @@ class Coefficients:
     model_param_mib: float
     model_expert_param_mib: float
     layer_dense_param_mib: float  # the non-expert parameters of one whole layer (least over kinds), Mi-params
+    layer_expert_param_mib: float  # … its expert parameters (least over kinds: 0 unless every kind has experts)
     # per MiB over the route between buildings i < j, with every GPU of the larger end connected / with one
     # NVLink domain's connections
     pair_route_us_per_mib: dict[Transport, dict[tuple[int, int], float]]
@@ -445,6 +446,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         model_param_mib=sum(layer_params(model, kind, 1, 1).dense for kind in layer_kinds(model)) / MIB,
         model_expert_param_mib=sum(layer_params(model, kind, 1, 1).expert for kind in layer_kinds(model)) / MIB,
         layer_dense_param_mib=min(layer_params(model, kind, 1, 1).dense for kind in kinds) / MIB,
+        layer_expert_param_mib=min(layer_params(model, kind, 1, 1).expert for kind in kinds) / MIB,
         pair_route_us_per_mib=pair_route_us, pair_flat_route_us_per_mib=pair_flat_us, pair_hop_us=pair_hop,
     )
 

@@ -751,6 +751,13 @@ def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
     return math.ceil(math.log2(max(d, 2))) if algorithm is CollectiveAlgorithm.PAT else d - 1
 
 
+def _pair_steps(algorithm: CollectiveAlgorithm, d: int, ep: int) -> int:
+    """Latency steps of a layer's pair of ZeRO-3 all-gathers over d ranks, and (ep ≥ 1) of its experts' pair
+    over d/ep ranks (none when that group is a single rank; ep = 0: the layer holds no experts)."""
+    experts = d // ep if ep and d % ep == 0 else 1
+    return 2 * (_gather_steps(algorithm, d) + (_gather_steps(algorithm, experts) if experts > 1 else 0))
+
+
 @dataclass(frozen=True)
 class _Zero3Gathers:
     """The ZeRO-3 gather terms of the objective (µs per layer per micro-batch; 0 without ZeRO-3)."""
@@ -785,7 +792,10 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
     - DP across buildings (dp, pp+dp; cheapest kind only): the layer's non-expert weights over the ring's
       slowest building edge (``_slowest_edge_us_per_layer``) with one NVLink domain's connections (flat) or
       the larger end's GPUs (hierarchical), × (n−1)/n (flat) or ½, plus per step the latency of the shortest
-      route (hierarchical) or of the ring's slowest hop (flat, ``_ring_hop_us``)."""
+      route (hierarchical) or of the ring's slowest hop (flat, ``_ring_hop_us``);
+    - where the layer holds experts, their gathers follow the non-expert ones over the n/ep-rank expert group,
+      which spans the same buildings: their bytes and steps add the same way (ring, tree and PAT steps each pay
+      the path's latency; none when n/ep = 1)."""
     model, instance = pv.model, pv.instance
     node = node_gpus(instance)
     sharding = _sharding_choice(pv)
@@ -794,8 +804,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
     def var_of(name: str, values: list[int]) -> cp_model.IntVar:
         return sharding.value_var(pv.model, name, values)
 
-    best_step = var_of("zero3_step_us", [coeffs.zero3_step_us[k] for k in sharding.values])
-    nic_step = var_of("zero3_nic_step_us", [coeffs.zero3_nic_step_us[k] for k in sharding.values])
+    step_us = {"best": coeffs.zero3_step_us, "nic": coeffs.zero3_nic_step_us}
     raw = _new(model, "zero3_gather_pair_raw_us", RHS_CAP)
     raw_heavy = _new(model, "zero3_moe_gather_pair_raw_us", RHS_CAP) if several else None
     excess = _new(model, "zero3_moe_gather_excess_us", RHS_CAP) if several else None
@@ -807,6 +816,11 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
     # A layer's pair over n = d ranks (experts over d/ep): 2(d−1)/d·N + 2X − (2/d)·(ep·X) with N, X its
     # non-expert and expert weights' pair at n = 2: linear in three variables fixed by (tp, ep) (the cheapest
     # kind: the least N and the least X of any kind; MoE layers: their own).
+    # per sharding: whether the cheapest kind (True) / an MoE layer (False) holds experts, gathered after the
+    # non-expert weights over their own ring (``cost.step._zero3_gather_s``), whose steps each pay a latency too
+    held_experts = {light: [min(x for _, x in (rows if light else rows[:1])) > 0
+                            for rows in (coeffs.zero3_pair_us[key] for key in sharding.values)]
+                    for light in (True, False)}
     terms = {}
     for path, table in (("best", coeffs.zero3_pair_us), ("nic", coeffs.zero3_nic_pair_us)):
         for label, var in (("light", raw), ("heavy", raw_heavy)):
@@ -821,41 +835,66 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                                            [ep * x for (_, ep), x in zip(sharding.values, experts, strict=True)]))
     for d, d_lit in groups:
         # the intra algorithm's steps where the group stays in a building, else the fewest of any
-        stepped = [(2 * _gather_steps(a, d), [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
-        stepped.append((2 * min(_gather_steps(a, d) for a, _ in intra), [d_lit]))
+        stepped = [([a], [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
+        stepped.append(([a for a, _ in intra], [d_lit]))
         for (path, label), (dense, experts, ep_experts) in terms.items():
             if path == "nic" and d <= node:
                 continue
             var = raw if label == "light" else raw_heavy
-            step = best_step if path == "best" else nic_step
-            for steps, when in stepped:  # × SCALE, rounded down (the negative term's factor up)
+            held = held_experts[label == "light"]
+            for algorithms, when in stepped:  # × SCALE, rounded down (the negative term's factor up)
+                latency = sharding.linear([
+                    SCALE * min(_pair_steps(a, d, ep if has else 0) for a in algorithms) * step_us[path][(tp, ep)]
+                    for (tp, ep), has in zip(sharding.values, held, strict=True)])
                 model.Add(SCALE * var >= int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts
-                          - math.ceil(2 * SCALE / d) * ep_experts + SCALE * steps * step).OnlyEnforceIf(when)
+                          - math.ceil(2 * SCALE / d) * ep_experts + latency).OnlyEnforceIf(when)
         if excess is not None:  # what the dense layers' gathers may save against the MoE layer's (bandwidth)
             best = [_gather_pairs_us(coeffs.zero3_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
             nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
             saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) for b, n in zip(best, nic, strict=True)]
             model.Add(excess <= sharding.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
                       ).OnlyEnforceIf(d_lit)
+    def nic_bytes(d: int) -> cp_model.LinearExpr:
+        """× SCALE: the bandwidth part of the cheapest kind's pair over the NICs (as above)."""
+        dense, experts, ep_experts = terms[("nic", "light")]
+        return int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts - math.ceil(2 * SCALE / d) * ep_experts
+
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
-        pair_mib = coeffs.layer_dense_param_mib * 2 * co.WEIGHT_BYTES  # both gathers of one layer's weights
+        # every kind holding experts: their gathers cross too, over the expert DP group (d/ep ranks, every building
+        # of the stage: ``cost.layout.expert_dp_span``); ep = 0 stands for "no expert gather"
+        eps = sorted({ep for _, ep in sharding.values}) if coeffs.layer_expert_param_mib > 0 else [0]
+        ep_lits = {ep: sharding.any_of(model, f"zero3_cross_ep={ep}", lambda key, ep=ep: key[1] == ep)
+                   for ep in eps if ep}
         for i, (t, t_lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
-            edges = {flat: _slowest_edge_us_per_layer(
-                pv, pair_mib, (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
-                f"zero3-{'flat' if flat else 'hierarchical'}[{i}]", successors, inter_group, cap=RHS_CAP // (2 * SCALE))
-                for flat in (True, False)}
+            # both gathers of one layer's weights over the slowest edge: a flat ring's non-expert rings (one per TP
+            # rank) hold at most one NVLink domain's connections; the experts' tp·ep rings may hold more, so
+            # they (and hierarchical rings) are priced with every GPU of the larger end connected
+            edges = {(flat, part): _slowest_edge_us_per_layer(
+                pv, mib * 2 * co.WEIGHT_BYTES,
+                (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
+                f"zero3-{'flat' if flat else 'hierarchical'}-{part}[{i}]", successors, inter_group,
+                cap=RHS_CAP // (4 * SCALE))
+                for flat, part, mib in ((True, "dense", coeffs.layer_dense_param_mib),
+                                        (False, "dense", coeffs.layer_dense_param_mib),
+                                        (False, "experts", coeffs.layer_expert_param_mib)) if mib > 0}
             for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
                 flat = a is not CollectiveAlgorithm.HIERARCHICAL
-                for d, d_lit in groups:
-                    factor = ring_factor(d) / 2 if flat else 0.5
-                    steps = SCALE * 2 * _gather_steps(a, d)
-                    latency = min(RHS_CAP // 2, steps * coeffs.cross_hop_us[t])
-                    if flat and steps * _upper(ring_hop) <= RHS_CAP // 2:
+                for (d, d_lit), ep in product(groups, eps):
+                    n_e = d // ep if ep and d % ep == 0 else 1
+                    bandwidth = int(SCALE * (ring_factor(d) / 2 if flat else 0.5)) * edges[(flat, "dense")]
+                    if n_e > 1:
+                        bandwidth += int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5)) * edges[(False, "experts")]
+                    # flat: each step at the ring's slowest hop; hierarchical: ≥ one outer step per ring
+                    steps = SCALE * (_pair_steps(a, d, ep) if flat else 2 * (1 + (n_e > 1)))
+                    latency = min(RHS_CAP // 4, steps * coeffs.cross_hop_us[t])
+                    if flat and steps * _upper(ring_hop) <= RHS_CAP // 4:
                         latency = steps * ring_hop
+                    when = [t_lit, a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
                     for mode_lit in crossing:
-                        model.Add(SCALE * raw >= int(SCALE * factor) * edges[flat] + latency
-                                  ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit])
+                        model.Add(SCALE * raw >= bandwidth + latency).OnlyEnforceIf([mode_lit, *when])
+                        if flat:  # … and a flat ring's bytes cross its members' NICs at each step
+                            model.Add(SCALE * raw >= nic_bytes(d) + latency).OnlyEnforceIf([mode_lit, *when])
     if inner is not None:  # the inner ring's bytes over the NICs, its steps, ≥ 1 outer step
         outer_hop = min(coeffs.cross_hop_us.values())
         model.Add(SCALE * raw >= int(SCALE * ring_factor(INNER_WIDE)) * terms[("nic", "light")][0]
