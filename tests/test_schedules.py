@@ -213,3 +213,39 @@ def test_v_shaped_schedules_claim_each_stages_activations_exactly(name: str) -> 
                 least = schedule.least_in_flight_microbatches(pp, 2, m)
                 claims = [min(worst, least + schedule.in_flight_growth_per_stage * s) for s in range(pp)]
                 assert claims == pytest.approx(list(stage_in_flight(name, pp, 2, m))), (pp, m)
+
+
+def _path_op_counts(name: str, pp: int, v: int, m: int, weights: tuple[float, float]) -> tuple[int, int]:
+    """(F, B) ops on a longest path of the op graph with F, B weighing ``weights`` and W nothing."""
+    graph = op_graph(name, pp, v, m)
+    weight = {int(OpKind.F): weights[0], int(OpKind.B): weights[1], int(OpKind.W): 0.0}
+    length, counts = {}, {}
+    prev, dep, kind = graph.stream_prev.tolist(), graph.data_dep.tolist(), graph.kind.tolist()
+    for op in graph.order_list:
+        before = max((j for j in (prev[op], dep[op]) if j >= 0), key=lambda j: length[j], default=None)
+        f, b = counts[before] if before is not None else (0, 0)
+        length[op] = (length[before] if before is not None else 0.0) + weight[kind[op]]
+        counts[op] = (f + (kind[op] == OpKind.F), b + (kind[op] == OpKind.B))
+    return counts[max(length, key=length.get)]
+
+
+@pytest.mark.parametrize("name", [name for name in ALL if not get_schedule(name).orders_by_op_times])
+def test_critical_path_ops_lie_on_one_path(name: str) -> None:
+    """``critical_path_ops``: some path of the op graph holds at least that many F and B ops (the longest path
+    with F and B weighing alike, or B twice F, holds exactly that many)."""
+    schedule = get_schedule(name)
+    checked = 0
+    for pp, v, m in _grid(name) + [(pp, v, m) for pp in (12, 16) for v in (1, 2) for m in (pp, 2 * pp, 4 * pp)
+                                   if schedule.check(pp, v, m) is None]:
+        if pp < 2:
+            continue
+        expected = schedule.critical_path_ops(pp, v, m)
+        found = [_path_op_counts(name, pp, v, m, weights) for weights in ((1.0, 1.0), (1.0, 2.0))]
+        assert expected in found, (pp, v, m, expected, found)
+        checked += 1
+    assert checked >= 10
+
+
+def test_critical_path_ops_need_a_fixed_order() -> None:
+    assert get_schedule("zb-v").critical_path_ops(4, 2, 8) is None
+    assert get_schedule("crosspipe-unidirectional").critical_path_ops(8, 1, 32) == (39, 60)

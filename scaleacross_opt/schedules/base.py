@@ -123,6 +123,17 @@ class PipelineSchedule(ABC):
         route latency); None where the schedule has none (the op graph is counted instead)."""
         return None
 
+    def critical_path_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, int] | None:
+        """(F, B) ops on one path of the op graph, W ops not counted: with every op at least F_min / B_min (any
+        stage, any chunk) the pipeline lasts ≥ F·F_min + B·B_min (``optimizer.cpsat.critical_path``). Fixed
+        orders: m·v + p − 1 of each — micro-batch 0's forward to the last stage, that stage's m·v F and B, the
+        last backward back (tests: the op graph's longest path at F = B, W = 0, for every fixed order); None
+        where the order follows the op durations (``orders_by_op_times``)."""
+        if self.orders_by_op_times:
+            return None
+        ops = num_microbatches * virtual_stages + pp - 1
+        return ops, ops
+
     @abstractmethod
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""

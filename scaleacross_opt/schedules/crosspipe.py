@@ -60,6 +60,11 @@ class CrossPipeUnidirectional(PipelineSchedule):
         """2m/p at every boundary: once per window and direction."""
         return 2 * num_microbatches // pp
 
+    def critical_path_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, int] | None:
+        """1F1B's m + p − 1 of each, and (p − 1) more B ops at each of the m/p − 1 window switches."""
+        ops = num_microbatches + pp - 1
+        return ops, ops + (num_microbatches // pp - 1) * (pp - 1)
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)(m + p)/(2·p·m), i.e. T_F = T_B in (p−1)/m·(1 + (m/p − 1)·T_B/(T_F+T_B))."""
         return (pp - 1) * (num_microbatches + pp) / (2 * pp * num_microbatches)

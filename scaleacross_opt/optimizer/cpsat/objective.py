@@ -64,6 +64,7 @@ from ...spec import CollectiveAlgorithm, CrossBuilding
 from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
 from ..space import Shape
+from .critical_path import critical_path_ops
 from .crossings import add_crossing_bound
 from .variables import OneHot, PlanVars, Transport
 
@@ -205,7 +206,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     t_max = _new(model, "t_max")
     t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
     model.Add(t_max >= t_reg)
+    layer_passes = []  # per building: one layer's least forward and least full backward (F, B+W) of any kind
     for b, building in enumerate(buildings):
+        passes = {part: by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
+                  for part, table in (("forward", coeffs.layer_forward_least_us),
+                                      ("backward", coeffs.layer_backward_least_us))}
+        layer_passes.append((passes["forward"], passes["backward"]))
         # per-layer bounds (µs) with what the stage may take off: the cheapest kind's layers, and for models
         # with layers of several kinds the costliest kind's less what the cheaper layers could save
         bounds = [(coeffs.layer_us, 0, "layer", gathers.light if gathers else None)]
@@ -233,9 +239,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(gathered >= per_layer)
                 model.Add(gathered >= gather)
                 if label == "layer":  # max(F, g) + max(B+W, g) ≥ F + g and ≥ B+W + g, g = ½ the pair
-                    for part, table in (("forward", coeffs.layer_forward_least_us),
-                                        ("backward", coeffs.layer_backward_least_us)):
-                        least = by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
+                    for least in passes.values():
                         model.Add(2 * gathered >= 2 * least + gather)
                 per_layer = gathered
             # b's most-loaded regular stage holds at least ``timed_layers[b]``
@@ -438,6 +442,14 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         [_product(model, f"first_stage_layers*c[{name}]", layers, c)
          for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
         holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
+    unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
+                                        lambda chunks: not get_schedule(chunks[0]).splits_backward)
+    path_ops = critical_path_ops(pv)
+    if path_ops is not None:  # pipeline ≥ n_F·F_min + n_B·B_min (``critical_path``)
+        least = _least_ops(pv, layer_passes, gathers.light if gathers else None, layer_weight, unsplit,
+                           products["stage_layers"])
+        model.Add(pipeline >= sum(_product(model, f"critical_path_{kind}_us", count, op)
+                                  for kind, count, op in zip(("forward", "backward"), path_ops, least, strict=True)))
 
     nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
@@ -480,8 +492,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # A chunk's buckets are released within its last backward op (≤ ψ·t_max / v, ψ its largest share of a
     # layer's fwd+bwd: W's where the schedule splits the backward, B+W's where not): at most that much of its
     # sync hides behind it (``StepWorkload.dp_jobs``); the buckets' extra latency is left out (a lower bound).
-    unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
-                                        lambda chunks: not get_schedule(chunks[0]).splits_backward)
     for splits, split_lit in ((False, unsplit), (True, unsplit.Not())):
         last_op = math.ceil(SCALE * coeffs.last_op_share[splits])
         for v, v_on in v_chunks.items():  # one chunk's sync, less its last backward op
@@ -1240,12 +1250,47 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
-def _layers_if_used(pv: PlanVars, name: str, unused: int) -> list[cp_model.IntVar]:
-    """Per building: ``layers[b]`` where it is used, else ``unused`` (for a min or max over the used ones)."""
+def _least_ops(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar]], pair: cp_model.IntVar | None,
+               layer_weight: cp_model.IntVar, unsplit: cp_model.IntVar, first_regular: list[cp_model.IntVar]
+               ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """The least F and the least B op of any stage and chunk (µs): ⌊ℓ_min / v⌋ layers (a stage's layers are split
+    over its chunks as evenly as possible; ℓ_min the fewest any stage holds: each used building's first regular
+    stage, ``first_regular``, or the LM-head stage), each at least the least forward / full backward of one layer
+    on any building (``passes``), under ZeRO-3 at least half the layer's gather ``pair`` (each pass waits for its
+    gather: ``cost.step._chunk_cost``); where the backward is split, B is that less the layer's longest W."""
+    model = pv.model
+    total = pv.instance.job.model_spec.layers
+    fewest = _new(model, "fewest_stage_layers", total)
+    model.AddMinEquality(fewest, [*_layers_if_used(pv, "first_regular_layers_if_used", total, first_regular),
+                                  pv.head_layers])
+    chunk = _new(model, "fewest_chunk_layers", total)
+    model.AddDivisionEquality(chunk, fewest, pv.virtual_var)
+    per_layer = []
+    for part, name in enumerate(("forward", "backward")):
+        each = []
+        for building, least in zip(pv.buildings, passes, strict=True):
+            var = _new(model, f"least_{name}_pass_us[{building}]")
+            model.Add(var >= least[part])
+            if pair is not None:
+                model.Add(2 * var >= pair)
+            each.append(var)
+        per_layer.append(_new(model, f"least_{name}_pass_us"))
+        model.AddMinEquality(per_layer[-1], each)
+    backward = _new(model, "least_backward_op_layer_us")
+    model.Add(backward >= per_layer[1]).OnlyEnforceIf(unsplit)
+    model.Add(backward >= per_layer[1] - layer_weight).OnlyEnforceIf(unsplit.Not())
+    return (_product(model, "least_forward_op_us", chunk, per_layer[0]),
+            _product(model, "least_backward_op_us", chunk, backward))
+
+
+def _layers_if_used(pv: PlanVars, name: str, unused: int, layers: list[cp_model.IntVar] | None = None
+                    ) -> list[cp_model.IntVar]:
+    """Per building: ``layers[b]`` (default ``pv.layers``) where it is used, else ``unused`` (for a min or max
+    over the used ones)."""
     total = pv.instance.job.model_spec.layers
     held = [pv.model.NewIntVar(0, total, f"{name}[{building}]") for building in pv.buildings]
     for b, var in enumerate(held):
-        pv.model.Add(var == pv.layers[b]).OnlyEnforceIf(pv.used[b])
+        pv.model.Add(var == (layers or pv.layers)[b]).OnlyEnforceIf(pv.used[b])
         pv.model.Add(var == unused).OnlyEnforceIf(pv.used[b].Not())
     return held
 
