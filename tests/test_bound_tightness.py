@@ -890,3 +890,24 @@ def test_zero3_expert_gathers_across_buildings_pay_their_own_steps(load_shipped_
     assert values["zero3_gather_pair_us"] >= 2 * (6 + 5) * 360
     simulated = simulate(instance, plan).step_time_s
     assert 0.85 * simulated <= bound_us * 1e-6 <= simulated
+
+
+def test_window_switches_lengthen_the_critical_path(load_shipped_instance) -> None:
+    """The window schedule (CrossPipe), ZeRO-3, three campus buildings, m = 16 over pp 8: at each of the m/p − 1
+    window switches every stage waits p − 1 backward ops for the window's first backward to come back, so a path
+    of the op graph holds m + p − 1 = 23 forward and 23 + 7 = 30 backward ops; with the gathers that outlast each
+    layer's compute, the bound went 0.88 → 0.95 of the simulated step (the bottleneck chain sees 1F1B's fill
+    and drain only)."""
+    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
+    network = TREE_RING_NETWORK | {
+        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "pat"},
+        "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": "tree"}}
+    plan = Plan.model_validate({
+        "tp": 8, "cp": 2, "pp": 8, "dp": 96, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1,
+        "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3, "tp_comm_overlap": True,
+        "network": network, "placement": {"cross_building": "dp", "layers_per_stage": [10] * 8, "buildings": [
+            {"building": f"bldg-{c}", "group": 0, "dp_replicas": 32, "pp_stages": 8} for c in "abc"]}})
+    bound_us, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert (values["critical_path_forward_ops"], values["critical_path_backward_ops"]) == (23, 30)
+    simulated = simulate(instance, plan).step_time_s
+    assert 0.9 * simulated <= bound_us * 1e-6 <= simulated

@@ -235,8 +235,8 @@ def test_critical_path_ops_lie_on_one_path(name: str) -> None:
     with F and B weighing alike, or B twice F, holds exactly that many)."""
     schedule = get_schedule(name)
     checked = 0
-    for pp, v, m in _grid(name) + [(pp, v, m) for pp in (12, 16) for v in (1, 2) for m in (pp, 2 * pp, 4 * pp)
-                                   if schedule.check(pp, v, m) is None]:
+    deep = [(p, v, m) for p in (12, 16) for v in (1, 2) for m in (p, 2 * p, 4 * p) if schedule.check(p, v, m) is None]
+    for pp, v, m in _grid(name) + deep:
         if pp < 2:
             continue
         expected = schedule.critical_path_ops(pp, v, m)
