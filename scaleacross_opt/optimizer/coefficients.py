@@ -17,7 +17,7 @@ from ..cost.compute import LayerKind, OpTimes, Shard, embedding_times, layer_kin
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import cross_aggregate, fabric_path, layer_comm, nvlink_path
+from ..cost.step import cp_ring_step, cross_aggregate, fabric_path, layer_comm, nvlink_path
 from ..schedules import get_schedule
 from ..spec import (
     Building,
@@ -134,6 +134,11 @@ class Coefficients:
     zero3_step_us: dict[tuple[int, int], int]  # latency of one ZeRO-3 all-gather ring step on the best DP path
     zero3_nic_step_us: dict[tuple[int, int], int]  # … on the NICs
     zero3_on_nic: dict[tuple[int, int], bool]  # no pipeline depth fits a DP group of this tp in one NVLink domain
+    # NIC seconds (µs, each way) of one layer's CP ring for one micro-batch on a GPU of the building: cp − 1 steps
+    # forward, 2(cp − 1) backward and cp − 1 more under full recompute (``cost.step._chunk_cost``), each moving
+    # the step's NIC share (``cost.step.cp_ring_step``; 0 where the ring stays in an NVLink domain); the least
+    # over the space's intra-building transports
+    cp_nic_us_per_layer: dict[tuple[Shape, str], int]
     layer_kinds: tuple[LayerKind, ...]  # the model's layer kinds, MoE first
     # parameters of all layers (every shard), Mi-parameters: what DP across moves — non-expert, and experts
     model_param_mib: float
@@ -288,6 +293,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     kinds = _kinds(model)
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
     compute_floor: dict[Shape, int] = {}
+    cp_nic: dict[tuple[Shape, str], int] = {}
     layer_weight_us, head_weight_us, embedding_weight_us = {}, {}, {}
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
@@ -340,6 +346,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                 whole[pairs] = min(whole[pairs], sum(counts[kind] * t for kind, t in per_kind.items())
                                    + head.fwd_s + head.bwd_s)
             item_s[b.name] = {kind: min(per_kind[kind] for per_kind in times.values()) for kind in counts}
+            steps = (shape.cp - 1) * (4 if shape.recompute is Recompute.FULL else 3)
+            cp_nic[(shape, b.name)] = int(steps * 1e6 * min(
+                cp_ring_step(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
+                             b).nic_s for t in intra_transports)) if shape.cp > 1 else 0
             item_s[b.name]["head"] = head.fwd_s + head.bwd_s
         compute_floor[shape] = _compute_floor_us(instance, shape, item_s, counts)
         for pairs, seconds in whole.items():
@@ -442,6 +452,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_pair_us=zero3, zero3_nic_pair_us=zero3_nic_pair,
         zero3_step_us=zero3_step, zero3_nic_step_us=zero3_nic_step, zero3_on_nic=zero3_nic, layer_kinds=tuple(kinds),
+        cp_nic_us_per_layer=cp_nic,
         dense_layers=sum(count for kind, count in counts.items() if kind is not LayerKind.MOE) if len(kinds) > 1 else 0,
         model_param_mib=sum(layer_params(model, kind, 1, 1).dense for kind in layer_kinds(model)) / MIB,
         model_expert_param_mib=sum(layer_params(model, kind, 1, 1).expert for kind in layer_kinds(model)) / MIB,

@@ -201,6 +201,15 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # --- compute per stage -------------------------------------------------------------------------
     per_layer_times, layer_stage_times = [], []  # per building: one layer, a regular stage (cheapest kind)
     head_ratios = _head_gather_ratios(pv, gathers.sharding) if gathers is not None else {}
+    # V-shaped schedules: the LM-head stage is the first, so it also gathers the embedding (as large as the head),
+    # in another op (chunk 0's) than the head's
+    embedding_gathers = None
+    if head_ratios and any(get_schedule(name).head_stage(2, v) == 0 for name, v in pv.schedule_chunks.values):
+        embedding_gathers = _new(model, "v_head_stage_embedding_gathers_us")
+        for key, lit in zip(gathers.sharding.values, gathers.sharding.lits, strict=True):
+            if key in head_ratios:
+                model.Add(SCALE * embedding_gathers >= int(SCALE * head_ratios[key]) * gathers.light
+                          ).OnlyEnforceIf([lit, products["v_shape"][0]])
     head_stages = []  # per building: (head_layers·c_b, c_b, LM head µs, when the LM-head stage is here)
     t_reg = _new(model, "t_regular")
     t_max = _new(model, "t_max")
@@ -226,6 +235,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
         if gathers is not None:
             head = _head_or_gathers(pv, building.name, head, gathers, head_ratios)
+            if embedding_gathers is not None:
+                head = head + embedding_gathers
         conditions = [[pv.used[b], lit] for lit in whole]  # when this building holds a pipeline's LM-head stage
         if pp_mode is not None:
             conditions.append([pv.used[b], pv.head[b], pp_mode])
@@ -1059,7 +1070,8 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
     micro-batch's pair): at least the cheapest layer kind's non-expert weights, ring volume 2(n−1)/n over the
     n = dp·cp ranks (the experts' group may hold a single rank). The pair is fixed by the (tp, ep) choice, so
-    the products stay tight in the search."""
+    the products stay tight in the search. The same NIC carries each layer's CP ring for every micro-batch
+    (``Coefficients.cp_nic_us_per_layer``), hidden behind attention or not."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
@@ -1070,9 +1082,14 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     for b, building in enumerate(instance.cluster.buildings):
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], dense)
         total = _product(model, f"zero3_us[{building.name}]", pv.microbatches, per_mb)
+        cp_ring = pv.shape.value_var(model, f"cp_nic_us_per_layer[{building.name}]",
+                                     [coeffs.cp_nic_us_per_layer[(shape, building.name)] for shape in pv.shape.values])
+        cp_total = _product(model, f"cp_nic_us[{building.name}]", pv.microbatches,
+                            _product(model, f"cp_nic_per_mb[{building.name}]", pv.layers[b], cp_ring))
         for d, d_lit in groups:
             ring = int(SCALE * ring_factor(d)) if d > 1 else 0
-            step_bounds.append((ring * total + ring // 2 * per_mb, [zero3, d_lit, on_nic, pv.used[b]]))
+            step_bounds.append((ring * total + ring // 2 * per_mb + SCALE * cp_total,
+                                [zero3, d_lit, on_nic, pv.used[b]]))
     return step_bounds
 
 
