@@ -834,6 +834,10 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
              for a, lit in zip(pv.intra_algorithm.values, pv.intra_algorithm.lits, strict=True)]
     inside = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # DP groups within a building
               if mode not in (CrossBuilding.DP, CrossBuilding.PP_DP)]
+    stays_inside = []  # [the literal "the DP groups stay inside a building"] where they may cross
+    if len(inside) < len(pv.mode.values):
+        stays_inside.append(model.NewBoolVar("dp_groups_inside_buildings"))
+        model.Add(stays_inside[0] == sum(inside))
     # A layer's pair over n = d ranks (experts over d/ep): 2(d−1)/d·N + 2X − (2/d)·(ep·X) with N, X its
     # non-expert and expert weights' pair at n = 2: linear in three variables fixed by (tp, ep) (the cheapest
     # kind: the least N and the least X of any kind; MoE layers: their own).
@@ -854,6 +858,7 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                                     var_of(f"zero3_{label}_{path}_pair_experts_us", experts),
                                     var_of(f"zero3_{label}_{path}_pair_ep_x_experts_us",
                                            [ep * x for (_, ep), x in zip(sharding.values, experts, strict=True)]))
+    saved_inside = {}  # d → what the dense layers save against MoE layers inside a building (upper bound)
     for d, d_lit in groups:
         # the intra algorithm's steps where the group stays in a building, else the fewest of any
         stepped = [([a], [d_lit, a_lit, mode_lit]) for a, a_lit in intra for mode_lit in inside]
@@ -869,53 +874,81 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                     for (tp, ep), has in zip(sharding.values, held, strict=True)])
                 model.Add(SCALE * var >= int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts
                           - math.ceil(2 * SCALE / d) * ep_experts + latency).OnlyEnforceIf(when)
-        if excess is not None:  # what the dense layers' gathers may save against the MoE layer's (bandwidth)
+        if excess is not None:
+            # what the dense layers' gathers may save against the MoE layer's, inside a building: the bandwidth
+            # parts' difference and the experts' ring steps (at most the slower path's latency each); across
+            # buildings the MoE pair's bound also counts the experts' crossing, so the saving is left open there
             best = [_gather_pairs_us(coeffs.zero3_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
             nic = [_gather_pairs_us(coeffs.zero3_nic_pair_us[(tp, ep)], ep, d) for tp, ep in sharding.values]
-            saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) for b, n in zip(best, nic, strict=True)]
-            model.Add(excess <= sharding.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
-                      ).OnlyEnforceIf(d_lit)
-    def nic_bytes(d: int) -> cp_model.LinearExpr:
-        """× SCALE: the bandwidth part of the cheapest kind's pair over the NICs (as above)."""
-        dense, experts, ep_experts = terms[("nic", "light")]
+            steps = [max(_pair_steps(a, d, ep) - _pair_steps(a, d, 0) for a, _ in intra) for _, ep in sharding.values]
+            saved = [max(0.0, max(b[0] - b[1], n[0] - n[1])) + n_steps * max(step_us["best"][key], step_us["nic"][key])
+                     for b, n, n_steps, key in zip(best, nic, steps, sharding.values, strict=True)]
+            saved_inside[d] = sharding.linear([math.ceil(coeffs.dense_layers * x) for x in saved])
+            model.Add(excess <= saved_inside[d]).OnlyEnforceIf([d_lit, *stays_inside])
+    def nic_bytes(label: str, d: int) -> cp_model.LinearExpr:
+        """× SCALE: the bandwidth part of the kind's pair over the NICs (as above)."""
+        dense, experts, ep_experts = terms[("nic", label)]
         return int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts - math.ceil(2 * SCALE / d) * ep_experts
 
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
-        # every kind holding experts: their gathers cross too, over the expert DP group (d/ep ranks, every building
-        # of the stage: ``cost.layout.expert_dp_span``); ep = 0 stands for "no expert gather"
-        eps = sorted({ep for _, ep in sharding.values}) if coeffs.layer_expert_param_mib > 0 else [0]
+        # per kind bound (its pair variable, label, non-expert and expert Mi-params of one whole layer): the
+        # cheapest kind's least, and an MoE layer's own where the model has layers of several kinds
+        kinds = [(raw, "light", coeffs.layer_dense_param_mib, coeffs.layer_expert_param_mib)]
+        if raw_heavy is not None:
+            moe = layer_params(instance.job.model_spec, LayerKind.MOE, 1, 1)
+            kinds.append((raw_heavy, "heavy", moe.dense / (1 << 20), moe.expert / (1 << 20)))
+            dense_mib = layer_params(instance.job.model_spec, LayerKind.DENSE, 1, 1).dense / (1 << 20)
+            wider = max(0.0, 1 - dense_mib / kinds[1][2])  # the MoE layer's non-expert share beyond the dense's
+        # a kind holding experts gathers them too, over the expert DP group (d/ep ranks, every building of the
+        # stage: ``cost.layout.expert_dp_span``); ep = 0 stands for "no expert gather"
         ep_lits = {ep: sharding.any_of(model, f"zero3_cross_ep={ep}", lambda key, ep=ep: key[1] == ep)
-                   for ep in eps if ep}
+                   for ep in sorted({ep for _, ep in sharding.values})}
         for i, (t, t_lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True)):
-            # both gathers of one layer's weights over the slowest edge: a flat ring's non-expert rings (one per TP
-            # rank) hold at most one NVLink domain's connections; the experts' tp·ep rings may hold more, so
-            # they (and hierarchical rings) are priced with every GPU of the larger end connected
-            edges = {(flat, part): _slowest_edge_us_per_layer(
-                pv, mib * 2 * co.WEIGHT_BYTES,
-                (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
-                f"zero3-{'flat' if flat else 'hierarchical'}-{part}[{i}]", successors, inter_group,
-                cap=RHS_CAP // (4 * SCALE))
-                for flat, part, mib in ((True, "dense", coeffs.layer_dense_param_mib),
-                                        (False, "dense", coeffs.layer_dense_param_mib),
-                                        (False, "experts", coeffs.layer_expert_param_mib)) if mib > 0}
-            for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
-                flat = a is not CollectiveAlgorithm.HIERARCHICAL
-                for (d, d_lit), ep in product(groups, eps):
-                    n_e = d // ep if ep and d % ep == 0 else 1
-                    bandwidth = int(SCALE * (ring_factor(d) / 2 if flat else 0.5)) * edges[(flat, "dense")]
-                    if n_e > 1:
-                        bandwidth += int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5)) * edges[(False, "experts")]
-                    # flat: each step at the ring's slowest hop; hierarchical: ≥ one outer step per ring
-                    steps = SCALE * (_pair_steps(a, d, ep) if flat else 2 * (1 + (n_e > 1)))
-                    latency = min(RHS_CAP // 4, steps * coeffs.cross_hop_us[t])
-                    if flat and steps * _upper(ring_hop) <= RHS_CAP // 4:
-                        latency = steps * ring_hop
-                    when = [t_lit, a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
-                    for mode_lit in crossing:
-                        model.Add(SCALE * raw >= bandwidth + latency).OnlyEnforceIf([mode_lit, *when])
-                        if flat:  # … and a flat ring's bytes cross its members' NICs at each step
-                            model.Add(SCALE * raw >= nic_bytes(d) + latency).OnlyEnforceIf([mode_lit, *when])
+            for var, label, dense_mib, expert_mib in kinds:
+                # both gathers of one layer's weights over the slowest edge: a flat ring's non-expert rings (one
+                # per TP rank) hold at most one NVLink domain's connections; the experts' tp·ep rings may hold
+                # more, so they (and hierarchical rings) are priced with every GPU of the larger end connected
+                edges = {(flat, part): _slowest_edge_us_per_layer(
+                    pv, mib * 2 * co.WEIGHT_BYTES,
+                    (coeffs.pair_flat_route_us_per_mib if flat else coeffs.pair_route_us_per_mib)[t],
+                    f"zero3-{label}-{'flat' if flat else 'hierarchical'}-{part}[{i}]", successors, inter_group,
+                    cap=RHS_CAP // (4 * SCALE))
+                    for flat, part, mib in ((True, "dense", dense_mib), (False, "dense", dense_mib),
+                                            (False, "experts", expert_mib)) if mib > 0}
+                for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
+                    flat = a is not CollectiveAlgorithm.HIERARCHICAL
+                    for (d, d_lit), ep in product(groups, ep_lits if expert_mib > 0 else [0]):
+                        n_e = d // ep if ep and d % ep == 0 else 1
+                        bandwidth = int(SCALE * (ring_factor(d) / 2 if flat else 0.5)) * edges[(flat, "dense")]
+                        if n_e > 1:
+                            bandwidth += (int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5))
+                                          * edges[(False, "experts")])
+                        # flat: each step at the ring's slowest hop; hierarchical: ≥ one outer step per ring
+                        steps = SCALE * (_pair_steps(a, d, ep) if flat else 2 * (1 + (n_e > 1)))
+                        latency = min(RHS_CAP // 4, steps * coeffs.cross_hop_us[t])
+                        if flat and steps * _upper(ring_hop) <= RHS_CAP // 4:
+                            latency = steps * ring_hop
+                        when = [t_lit, a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
+                        for mode_lit in crossing:
+                            model.Add(SCALE * var >= bandwidth + latency).OnlyEnforceIf([mode_lit, *when])
+                            if flat:  # … and a flat ring's bytes cross its members' NICs at each step
+                                model.Add(SCALE * var >= nic_bytes(label, d) + latency
+                                          ).OnlyEnforceIf([mode_lit, *when])
+                        if label == "heavy" and excess is not None:
+                            # a dense layer's pair saves at most what the MoE layer's bounds add over the dense
+                            # kind's own: the inside terms' difference, and here the experts' bytes and steps and
+                            # the wider non-expert bytes (each ≥ 0, so their sum covers every bound's difference)
+                            experts_steps = SCALE * (_pair_steps(a, d, ep) - _pair_steps(a, d, 0) if flat
+                                                     else 2 * (n_e > 1))
+                            hop = (ring_hop if flat and experts_steps * _upper(ring_hop) <= RHS_CAP // 4
+                                   else max(coeffs.pair_hop_us.values()))
+                            extra = (bandwidth - int(SCALE * (ring_factor(d) / 2 if flat else 0.5))
+                                     * edges[(flat, "dense")] + int(SCALE * wider) * edges[(flat, "dense")]
+                                     + experts_steps * hop)
+                            for mode_lit in crossing:
+                                model.Add(SCALE * excess <= SCALE * saved_inside[d] + coeffs.dense_layers * extra
+                                          ).OnlyEnforceIf([mode_lit, *when])
     if inner is not None:  # the inner ring's bytes over the NICs, its steps, ≥ 1 outer step
         outer_hop = min(coeffs.cross_hop_us.values())
         model.Add(SCALE * raw >= int(SCALE * ring_factor(INNER_WIDE)) * terms[("nic", "light")][0]
