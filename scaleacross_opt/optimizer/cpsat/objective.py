@@ -16,7 +16,9 @@ pipeline ≥ m·t_max + bubble + hops, with
   the stages before it (their F+B ≥ layers·(c_min − W)) but may leave its trailing W ops (pp of them) to
   after it: pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link), and
-pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency (``crossings``).
+pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency (``crossings``), and
+pipeline ≥ n_F·F_min + n_B·B_min for a path of n_F forward and n_B backward ops of a fixed-order op graph, every op
+at least the fewest layers of any chunk at the least per-layer pass (``critical_path``, ``_least_ops``).
 Turn at the first stage (schedules that are not V-shaped): stage 0 runs its ops in order, and between
 micro-batch 0's forward and backward of its latest chunk only a forwards (``turn_forwards``), while that
 micro-batch crosses every later stage's last chunk and comes back: pipeline ≥ m·t_0 − a·F_0 + chain + hops
@@ -918,37 +920,44 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                                             (False, "experts", expert_mib)) if mib > 0}
                 for a, a_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
                     flat = a is not CollectiveAlgorithm.HIERARCHICAL
-                    for (d, d_lit), ep in product(groups, ep_lits if expert_mib > 0 else [0]):
-                        n_e = d // ep if ep and d % ep == 0 else 1
-                        bandwidth = int(SCALE * (ring_factor(d) / 2 if flat else 0.5)) * edges[(flat, "dense")]
-                        if n_e > 1:
-                            bandwidth += (int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5))
-                                          * edges[(False, "experts")])
-                        # flat: each step at the ring's slowest hop; hierarchical: ≥ one outer step per ring
-                        steps = SCALE * (_pair_steps(a, d, ep) if flat else 2 * (1 + (n_e > 1)))
-                        latency = min(RHS_CAP // 4, steps * coeffs.cross_hop_us[t])
-                        if flat and steps * _upper(ring_hop) <= RHS_CAP // 4:
-                            latency = steps * ring_hop
-                        when = [t_lit, a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
-                        for mode_lit in crossing:
-                            model.Add(SCALE * var >= bandwidth + latency).OnlyEnforceIf([mode_lit, *when])
-                            if flat:  # … and a flat ring's bytes cross its members' NICs at each step
-                                model.Add(SCALE * var >= nic_bytes(label, d) + latency
-                                          ).OnlyEnforceIf([mode_lit, *when])
-                        if label == "heavy" and excess is not None:
-                            # a dense layer's pair saves at most what the MoE layer's bounds add over the dense
-                            # kind's own: the inside terms' difference, and here the experts' bytes and steps and
-                            # the wider non-expert bytes (each ≥ 0, so their sum covers every bound's difference)
+                    for d, d_lit in groups:
+                        # ep ranks divide the dp·cp ones; where the experts' group is one rank they gather nothing,
+                        # so the non-expert bound (ep = 0) holds for every ep and only larger expert groups add
+                        for ep in [0] + [ep for ep in ep_lits if expert_mib > 0 and d % ep == 0 and d // ep > 1]:
+                            n_e = d // ep if ep else 1
+                            bandwidth = int(SCALE * (ring_factor(d) / 2 if flat else 0.5)) * edges[(flat, "dense")]
+                            if n_e > 1:
+                                bandwidth += (int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5))
+                                              * edges[(False, "experts")])
+                            # flat: each step at the ring's slowest hop; hierarchical: ≥ one outer step per ring
+                            steps = SCALE * (_pair_steps(a, d, ep) if flat else 2 * (1 + (n_e > 1)))
+                            latency = min(RHS_CAP // 4, steps * coeffs.cross_hop_us[t])
+                            nic_latency = min(RHS_CAP // 4, steps * min(coeffs.cross_hop_us.values()))  # any transport
+                            if flat and steps * _upper(ring_hop) <= RHS_CAP // 4:
+                                latency = nic_latency = steps * ring_hop
+                            when = [a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
+                            for mode_lit in crossing:
+                                model.Add(SCALE * var >= bandwidth + latency).OnlyEnforceIf([mode_lit, t_lit, *when])
+                                if flat and i == 0:  # a flat ring's bytes cross its members' NICs at each step
+                                    model.Add(SCALE * var >= nic_bytes(label, d) + nic_latency
+                                              ).OnlyEnforceIf([mode_lit, *when])
+                        if label != "heavy" or excess is None:
+                            continue
+                        # a dense layer's pair saves at most what the MoE layer's bounds add over the dense kind's
+                        # own: the inside terms' difference, and here the experts' bytes and steps and the wider
+                        # non-expert bytes (each ≥ 0, so their sum covers every bound's difference)
+                        for ep in (ep for ep in ep_lits if d % ep == 0):
+                            n_e = d // ep
                             experts_steps = SCALE * (_pair_steps(a, d, ep) - _pair_steps(a, d, 0) if flat
                                                      else 2 * (n_e > 1))
                             hop = (ring_hop if flat and experts_steps * _upper(ring_hop) <= RHS_CAP // 4
                                    else max(coeffs.pair_hop_us.values()))
-                            extra = (bandwidth - int(SCALE * (ring_factor(d) / 2 if flat else 0.5))
-                                     * edges[(flat, "dense")] + int(SCALE * wider) * edges[(flat, "dense")]
+                            experts = int(SCALE * (ring_factor(n_e) / 2 if flat else 0.5)) if n_e > 1 else 0
+                            extra = (experts * edges[(False, "experts")] + int(SCALE * wider) * edges[(flat, "dense")]
                                      + experts_steps * hop)
                             for mode_lit in crossing:
                                 model.Add(SCALE * excess <= SCALE * saved_inside[d] + coeffs.dense_layers * extra
-                                          ).OnlyEnforceIf([mode_lit, *when])
+                                          ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit, ep_lits[ep]])
     if inner is not None:  # the inner ring's bytes over the NICs, its steps, ≥ 1 outer step
         outer_hop = min(coeffs.cross_hop_us.values())
         model.Add(SCALE * raw >= int(SCALE * ring_factor(INNER_WIDE)) * terms[("nic", "light")][0]
