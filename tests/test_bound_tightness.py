@@ -913,20 +913,24 @@ def test_window_switches_lengthen_the_critical_path(load_shipped_instance) -> No
     assert 0.9 * simulated <= bound_us * 1e-6 <= simulated
 
 
+def _single_building_dualpipe_zero3() -> Plan:
+    """DualPipe, ZeRO-3, tp 8 cp 4 pp 32 dp 2 on the single building (ring collectives, the tuned transports)."""
+    ring = TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"}
+    return Plan.model_validate({
+        "tp": 8, "cp": 4, "pp": 32, "dp": 2, "ep": 1, "virtual_stages": 2, "micro_batch_size": 2,
+        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True,
+        "network": {"intra_building": ring, "cross_building": ring},
+        "placement": {"cross_building": "none", "layers_per_stage": [3] + [2] * 16 + [3] * 15,
+                      "buildings": [{"building": "bldg-a", "group": 0, "dp_replicas": 2, "pp_stages": 32}]}})
+
+
 def test_v_shaped_head_stage_gathers_the_embedding_too(load_shipped_instance) -> None:
     """DualPipe (V-shaped: the LM head and the embedding both live on stage 0), ZeRO-3, pp 32 in one building: the
     head stage gathers the embedding in its chunk-0 op and the LM head in its chunk-1 op, each at least a layer's
     pair here (vocab·h > a layer's weights), beside its 3 layers' pairs. Counting the head only, the bound was
     0.62 of the simulated step; with the embedding 0.78."""
     instance = load_shipped_instance("single-building-llama3-70b")
-    network = TREE_RING_NETWORK | {
-        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"}}
-    plan = Plan.model_validate({
-        "tp": 8, "cp": 4, "pp": 32, "dp": 2, "ep": 1, "virtual_stages": 2, "micro_batch_size": 2,
-        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True,
-        "network": {**network, "cross_building": network["intra_building"]},
-        "placement": {"cross_building": "none", "layers_per_stage": [3] + [2] * 16 + [3] * 15,
-                      "buildings": [{"building": "bldg-a", "group": 0, "dp_replicas": 2, "pp_stages": 32}]}})
+    plan = _single_building_dualpipe_zero3()
     bound_us, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     pair = values["zero3_gather_pair_us"]
     assert values["v_head_stage_embedding_gathers_us"] >= pair
@@ -941,14 +945,7 @@ def test_cp_ring_bytes_share_the_nic_with_zero3_gathers(load_shipped_instance) -
     3-layer stage (m = 256 micro-batches of gather pairs over the 8-rank ring, + the CP ring) lies within 5 % under
     what the simulator's NIC of such a stage carries (stage 17); without the CP ring it was 5 % lower."""
     instance = load_shipped_instance("single-building-llama3-70b")
-    network = TREE_RING_NETWORK | {
-        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"}}
-    plan = Plan.model_validate({
-        "tp": 8, "cp": 4, "pp": 32, "dp": 2, "ep": 1, "virtual_stages": 2, "micro_batch_size": 2,
-        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True,
-        "network": {**network, "cross_building": network["intra_building"]},
-        "placement": {"cross_building": "none", "layers_per_stage": [3] + [2] * 16 + [3] * 15,
-                      "buildings": [{"building": "bldg-a", "group": 0, "dp_replicas": 2, "pp_stages": 32}]}})
+    plan = _single_building_dualpipe_zero3()
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["layers[bldg-a]"] == 3
     nic_us = 2 * 7 / 8 * values["zero3_us[bldg-a]"] + values["cp_nic_us[bldg-a]"]  # ring volume 2(n−1)/n, n = 8
