@@ -28,6 +28,12 @@ TREE_RING_NETWORK = {
                        "qps_per_connection": 16, "window_kib_per_qp": 65536}}
 
 
+def with_algorithms(intra: str, cross: str) -> dict:
+    """``TREE_RING_NETWORK`` with these collective algorithms inside and across buildings."""
+    return {"intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": intra},
+            "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": cross}}
+
+
 def plan_bound_s(instance, plan) -> float:
     """The CP-SAT bound of ``plan`` (its decisions fixed in the model of ``instance``'s pruned space), seconds."""
     space = prune_space(instance, design_space(instance))
@@ -853,9 +859,7 @@ def test_zero3_gathers_the_lm_head_like_a_layer(load_shipped_instance) -> None:
     shares = [{"building": "bldg-a", "group": 0, "dp_replicas": 32, "pp_stages": 16},
               {"building": "bldg-b", "group": 0, "dp_replicas": 32, "pp_stages": 16},
               {"building": "bldg-c", "group": 1, "dp_replicas": 16, "pp_stages": 32}]
-    network = TREE_RING_NETWORK | {
-        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"},
-        "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": "tree"}}
+    network = with_algorithms("ring", "tree")
     plan = Plan.model_validate({
         "tp": 8, "cp": 1, "pp": 32, "dp": 48, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1,
         "schedule": "zb-h1", "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True,
@@ -877,9 +881,7 @@ def test_zero3_expert_gathers_across_buildings_pay_their_own_steps(load_shipped_
     the simulated step; 0.93 with both."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
     shares = [{"building": f"bldg-{c}", "group": 0, "dp_replicas": 2, "pp_stages": 16} for c in "abcd"]
-    network = TREE_RING_NETWORK | {
-        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"},
-        "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": "pat"}}
+    network = with_algorithms("ring", "pat")
     plan = Plan.model_validate({
         "tp": 8, "cp": 8, "pp": 16, "dp": 8, "ep": 2, "virtual_stages": 1, "micro_batch_size": 1,
         "schedule": "gpipe", "recompute": "none", "zero_stage": 3, "tp_comm_overlap": True,
@@ -899,9 +901,7 @@ def test_window_switches_lengthen_the_critical_path(load_shipped_instance) -> No
     layer's compute, the bound went 0.88 → 0.95 of the simulated step (the bottleneck chain sees 1F1B's fill
     and drain only)."""
     instance = load_shipped_instance("three-buildings-campus-llama3-70b")
-    network = TREE_RING_NETWORK | {
-        "intra_building": TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "pat"},
-        "cross_building": TREE_RING_NETWORK["cross_building"] | {"collective_algorithm": "tree"}}
+    network = with_algorithms("pat", "tree")
     plan = Plan.model_validate({
         "tp": 8, "cp": 2, "pp": 8, "dp": 96, "ep": 1, "virtual_stages": 1, "micro_batch_size": 1,
         "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3, "tp_comm_overlap": True,
@@ -915,7 +915,7 @@ def test_window_switches_lengthen_the_critical_path(load_shipped_instance) -> No
 
 def _single_building_dualpipe_zero3() -> Plan:
     """DualPipe, ZeRO-3, tp 8 cp 4 pp 32 dp 2 on the single building (ring collectives, the tuned transports)."""
-    ring = TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"}
+    ring = TREE_RING_NETWORK["intra_building"] | {"collective_algorithm": "ring"}  # the same settings across
     return Plan.model_validate({
         "tp": 8, "cp": 4, "pp": 32, "dp": 2, "ep": 1, "virtual_stages": 2, "micro_batch_size": 2,
         "schedule": "dualpipe", "recompute": "selective", "zero_stage": 3, "tp_comm_overlap": True,
