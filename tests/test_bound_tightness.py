@@ -253,6 +253,13 @@ MOE_OVER_CAPACITY = (
      "placement": {"cross_building": "dp", "layers_per_stage": [2, 3] + [4] * 14, "buildings": [
          {"building": "bldg-a", "dp_replicas": 64, "pp_stages": 16},
          {"building": "bldg-b", "dp_replicas": 64, "pp_stages": 16}]}},  # 88.7 GiB: 55 GiB of MoE activations
+    # 95.3 GiB (stages 2–3: nine MoE layers), 85.0 GiB on bldg-b's stages 4–7 (eight each). The bound took a
+    # stage to hold no dense layer only where its building held ≥ D + 2 = 5 stages, and then left out its
+    # DP-sharded state; stage i ≥ D = 3 holds none, and bldg-b's first stage is stage 4.
+    {"tp": 1, "cp": 2, "pp": 8, "dp": 128, "ep": 8, "virtual_stages": 2, "zero_stage": 1,
+     "placement": {"cross_building": "pp", "layers_per_stage": [3, 8, 9, 9, 8, 8, 8, 8], "buildings": [
+         {"building": "bldg-a", "dp_replicas": 128, "pp_stages": 4},
+         {"building": "bldg-b", "dp_replicas": 128, "pp_stages": 4}]}},
 )
 
 

@@ -95,7 +95,8 @@ class Coefficients:
     layer_forward_us: dict[Shape, int]
     head_forward_us: dict[Shape, int]
     embedding_forward_us: dict[Shape, int]
-    act_kib_per_layer: dict[Shape, float]  # activations kept per layer per micro-batch (cheapest layer kind)
+    # activations kept per layer per micro-batch (cheapest layer kind), with the allocator's fragmentation share
+    act_kib_per_layer: dict[Shape, float]
     moe_extra_act_kib_per_layer: dict[Shape, float]  # … what an MoE layer keeps beyond that (0: one kind)
     kiloparams_per_layer: dict[Shape, int]  # parameters one GPU holds per layer, thousands (rounded down)
     # … what an MoE layer holds beyond that (0 for a model of one kind); ≥ layers − dense_layers of a stage's
@@ -103,7 +104,7 @@ class Coefficients:
     moe_extra_kiloparams_per_layer: dict[Shape, int]
     unsharded_bytes_per_param: dict[int, int]  # per ZeRO stage: bytes/param each GPU keeps whole
     sharded_kib_per_layer_pp: dict[int, float]  # DP-sharded state per unit of layers·pp
-    capacity_kib: dict[str, int]  # usable HBM per GPU per building after fixed overhead/fragmentation
+    capacity_kib: dict[str, int]  # HBM per GPU per building less the fixed overhead
     grad_kib_per_layer: dict[Shape, int]  # gradient bytes each GPU syncs per layer (ring at n = 2)
     synced_params_per_layer: dict[Shape, float]  # parameters behind grad_kib_per_layer (one GPU, one layer)
     # expert parameters one GPU holds per MoE layer, thousands (rounded down); their gradients sync in buckets of
@@ -354,8 +355,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         compute_floor[shape] = _compute_floor_us(instance, shape, item_s, counts)
         for pairs, seconds in whole.items():
             model_us[(shape, pairs)] = int(seconds * 1e6)
+        # the allocator's fragmentation grows with the activations (cost.memory), so it is charged to them
         act_per_kind = [activation_bytes_per_layer(model, k, job.seq_len, shape.micro_batch_size, shape.tp,
-                                                   shape.cp, shape.recompute, job.precision) / KIB for k in kinds]
+                                                   shape.cp, shape.recompute, job.precision)
+                        * (1 + co.MEMORY_FRAGMENTATION_FRACTION) / KIB for k in kinds]
         act[shape] = min(act_per_kind)
         moe_extra_act[shape] = act_per_kind[0] - min(act_per_kind)  # an MoE layer's beyond the cheapest kind's
         held_per_kind = [sum(vars(layer_params(model, k, shape.tp, shape.ep)).values()) for k in kinds]
@@ -392,8 +395,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         zero3_nic_step[sharding] = int(nic_latency * 1e6)
     sharded = {zero: full_params * (co.WEIGHT_BYTES + co.GRAD_BYTES + co.OPTIMIZER_BYTES - _unsharded_bytes(zero))
                / n / KIB for zero in space.zero_stages}
-    capacity = {b.name: int(((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB)
-                             / (1 + co.MEMORY_FRAGMENTATION_FRACTION)) * (1 << 30) / KIB) for b in buildings}
+    capacity = {b.name: int((b.gpu_spec.hbm_gib - co.MEMORY_FIXED_OVERHEAD_GIB) * (1 << 30) / KIB) for b in buildings}
     intra_us = {t: min(MIB / fabric_path(b, t.config).bandwidth_bytes_per_s * 1e6 for b in buildings)
                 for t in intra_transports}
     intra_hop = int(min(fabric_path(b, t.config).latency_s for b in buildings for t in intra_transports) * 1e6)

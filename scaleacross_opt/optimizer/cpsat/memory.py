@@ -6,20 +6,22 @@ static = ℓ·params(shape)·bytes(zero)      (weights/grads/optimizer not shard
        + μ·extra(shape)·bytes(zero)       (MoE: what an MoE layer holds beyond that)
        + ℓ·pp·S[zero]                     (the part sharded over dp·cp = N/(tp·pp): P_layer·bytes/N per layer·pp)
 activations = in_flight · (ℓ·A[shape] + μ·A_extra[shape]).
-Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``). Three such stages are bounded:
-- b's first regular stage, with μ ≥ ℓ_b − D (D: the model's dense layers), in flight at least the least-loaded
-  stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp, K_b the stages before b's (pp across;
-  else 0): no stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved
-  ones more; ``stage_in_flight``; V-shaped schedules' first regular stage is stage 1, which may hold less);
-- where b holds ≥ D + 2 stages, its last regular stage holds no dense layer (``cpsat.placement._moe_only_stages``):
+Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``), and stage i holds at most
+max(0, D − i) of the D leading dense layers (``cpsat.placement.dense_cap``). Three such stages are bounded:
+- b's first regular stage, with μ ≥ ℓ_b − max(0, D − K_b), K_b the stages before b's (PP across; else 0), in
+  flight at least the least-loaded stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp: no
+  stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved ones more;
+  ``stage_in_flight``; V-shaped schedules' first regular stage is stage 1, which may hold less);
+- where b's last regular stage has index ≥ D, it holds no dense layer (``cpsat.placement._moe_only_stages``):
   ℓ = μ ≥ what the split's trimming leaves there (``cpsat.placement``'s bound: ℓ_b in whole pipelines, which
   never trim it; ℓ_b − 1, or less where the split takes several passes, under PP across) at the least-loaded
-  stage's in-flight, without the sharded part;
+  stage's in-flight;
 - V-shaped schedules (the split trims the first stages, and later stages hold more in flight: ZB-V's stage s
-  min(p, (m + 1 + s)/2)): b's last regular stage s_b, with the layers of the second bound, at
-  min(worst, least + growth·s_b) in flight (``PipelineSchedule.in_flight_growth_per_stage``), where s_b is
-  known (whole pipelines: pp − 1; PP across: Σ_{b' ≤ b} stages − 1).
-Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
+  min(p, (m + 1 + s)/2)): b's last regular stage s_b, with the layers of the second bound and μ ≥ ℓ − max(0,
+  D − s_b), at min(worst, least + growth·s_b) in flight (``PipelineSchedule.in_flight_growth_per_stage``),
+  where s_b is known (whole pipelines: pp − 1; PP across: Σ_{b' ≤ b} stages − 1).
+The activations carry the allocator's fragmentation share and the capacity is HBM less the fixed overhead,
+as in ``cost.memory``. Embedding/LM-head state and ZeRO-3 gather buffers are left out, so the bound is optimistic; the
 independent validator checks every returned plan with the exact memory model and the refinement
 loop cuts off plans that do not fit.
 """
@@ -32,6 +34,7 @@ from ...schedules import get_schedule
 from ...spec import CrossBuilding
 from ..coefficients import Coefficients
 from .degrees import IN_FLIGHT_SCALE, InFlight
+from .placement import dense_cap
 from .variables import PlanVars
 
 KIB_FRACTION = 1024  # the DP-sharded state is tabulated in 1/1024 KiB: it can be tiny per layer at scale
@@ -107,39 +110,46 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                              min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
             return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
 
-        def stage_total(label: str, count: cp_model.IntVar, flight: cp_model.IntVar, flight_max: int,
-                        name: str = name, limit: int = limit) -> cp_model.LinearExpr:
-            """What a stage of ≥ ``count`` layers holds at ``flight`` micro-batches in flight: its whole and
-            DP-sharded state and activations, and for MoE models its ≥ count − D MoE layers' extra."""
+        def sharded(label: str, count: cp_model.IntVar, name: str = name, limit: int = limit) -> cp_model.IntVar:
+            """The DP-sharded state of ``count`` layers, 1/1024 KiB (an MoE layer's is at least this)."""
             count_pp = _product(model, f"{label}_layers*pp[{name}]", count, pv.pp_var, max_pp * layers)
-            sharded = _product(model, f"{label}_sharded_kib_x1024[{name}]", count_pp, sharded_per,
-                               min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
-            total = held(label, count, act_per_layer, kiloparams, flight, flight_max) + IN_FLIGHT_SCALE * sharded
+            return _product(model, f"{label}_sharded_kib_x1024[{name}]", count_pp, sharded_per,
+                            min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
+
+        def stage_total(label: str, count: cp_model.IntVar, flight: cp_model.IntVar, flight_max: int,
+                        index: cp_model.IntVar | int, name: str = name) -> cp_model.LinearExpr:
+            """What stage ``index`` (or a later one) of ≥ ``count`` layers holds at ``flight`` micro-batches in
+            flight: its whole and DP-sharded state and activations, and for MoE models its ≥ count − max(0, D −
+            index) MoE layers' extra (``placement.dense_cap``)."""
+            total = (held(label, count, act_per_layer, kiloparams, flight, flight_max)
+                     + IN_FLIGHT_SCALE * sharded(label, count))
             if moe_only_stage:
-                least_moe = model.NewIntVar(0, layers, f"{label}_moe_layers[{name}]")  # μ ≥ ℓ − D (its least binds)
-                model.Add(least_moe >= count - coeffs.dense_layers)
+                least_moe = model.NewIntVar(0, layers, f"{label}_moe_layers[{name}]")  # its least binds
+                model.Add(least_moe >= count - dense_cap(model, coeffs.dense_layers, index,
+                                                         f"{label}_dense_layers_at_most[{name}]"))
                 total += held(f"{label}_moe_extra", least_moe, extra_act, extra_params, flight, flight_max)
             return total
 
         # b's first regular stage holds ≥ stage_layers[b] (ℓ_b less what the split's trimming may take there)
-        model.Add(stage_total("first_stage", stage_layers[b], flight, in_flight.worst_max) <= limit
+        model.Add(stage_total("first_stage", stage_layers[b], flight, in_flight.worst_max, before) <= limit
                   ).OnlyEnforceIf(pv.used[b])
         # V-shaped schedules: b's last regular stage (the split trims the first ones) holds its most layers
         if v_last is not None:
-            flight_last, condition = v_last[b]
-            model.Add(stage_total("last_stage", last_stage_layers[b], flight_last, in_flight.worst_max) <= limit
-                      ).OnlyEnforceIf(condition)
+            flight_last, index, condition = v_last[b]
+            model.Add(stage_total("last_stage", last_stage_layers[b], flight_last, in_flight.worst_max, index)
+                      <= limit).OnlyEnforceIf(condition)
         if moe_only_stage:
             moe_stage = model.NewIntVar(0, layers, f"moe_stage_layers[{name}]")  # b's last regular stage
             model.Add(moe_stage >= last_stage_layers[b])
-            moe_total = held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)
+            moe_total = (held("moe_stage", moe_stage, moe_act, moe_params, in_flight.least, in_flight.least_max)
+                         + IN_FLIGHT_SCALE * sharded("moe_stage", moe_stage))
             model.Add(moe_total <= limit).OnlyEnforceIf([pv.used[b], moe_only_stage[b]])
 
 
 def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
-                   ) -> list[tuple[cp_model.IntVar, list[cp_model.IntVar]]] | None:
-    """V-shaped schedules, per building b: (the activations in flight on b's last stage, when it is a regular
-    stage under a V-shaped schedule). Stage s holds ≥ min(worst, least + g·s) (g: the schedule's
+                   ) -> list[tuple[cp_model.IntVar, cp_model.IntVar, list[cp_model.IntVar]]] | None:
+    """V-shaped schedules, per building b: (the activations in flight on b's last stage, its index s, when it
+    is a regular stage under a V-shaped schedule). Stage s holds ≥ min(worst, least + g·s) (g: the schedule's
     ``in_flight_growth_per_stage``), s = Σ_{b' ≤ b} stages − 1 under PP across and pp − 1 with whole
     pipelines; pp+dp (its groups' stage indices are not modelled) is left out, as is a building that holds
     only the LM-head stage (stage 0). None when no schedule is V-shaped."""
@@ -168,7 +178,7 @@ def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
         regular = model.NewBoolVar(f"last_stage_regular[{name}]")  # not the LM-head stage alone
         model.Add(pv.stages[b] >= 1 + pv.head[b]).OnlyEnforceIf(regular)
         model.Add(pv.stages[b] <= pv.head[b]).OnlyEnforceIf(regular.Not())
-        out.append((flight, [pv.used[b], regular, v_shape, *not_pp_dp, *several_stages]))
+        out.append((flight, index, [pv.used[b], regular, v_shape, *not_pp_dp, *several_stages]))
     return out
 
 

@@ -212,20 +212,38 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
 
 def _moe_only_stages(pv: PlanVars) -> list[cp_model.IntVar]:
     """Per building, for models with leading dense layers before MoE layers: a literal true exactly when the
-    building holds ≥ D + 2 stages (D dense layers). The dense layers are the model's first D positions,
-    which every schedule places on chunk 0 of stages 0..D − 1 (each chunk holds ≥ 1 layer), and one stage
-    may be the LM-head stage, so the building's last regular stage (index ≥ D, the one ``timed_layers``
-    counts) holds MoE layers only. Empty for models of one kind."""
+    building's last regular stage (the one ``timed_layers`` counts) holds MoE layers only. The D dense layers
+    are the model's first D positions, and every schedule puts chunk positions 0..i − 1 on stages 0..i − 1
+    (each chunk holds ≥ 1 layer), so stage i holds ≤ max(0, D − i) dense layers (``dense_cap``): none from
+    i = D on. That stage's index is Σ_{b' ≤ b} stages − 1 − head_b under PP across (less one where b holds
+    the LM-head stage, which may be its last); elsewhere (whole pipelines, or pp+dp, whose groups' indices
+    are not modelled) ≥ stages − 2. Empty for models of one kind."""
     dense = layer_kinds(pv.instance.job.model_spec).count(LayerKind.DENSE)
     if pv.instance.job.model_spec.moe is None or dense == 0:
         return []
+    model, max_pp = pv.model, max(pv.space.pp)
+    pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
     out = []
     for b, name in enumerate(pv.buildings):
-        lit = pv.model.NewBoolVar(f"a_stage_of_moe_layers_only[{name}]")
-        pv.model.Add(pv.stages[b] >= dense + 2).OnlyEnforceIf(lit)
-        pv.model.Add(pv.stages[b] <= dense + 1).OnlyEnforceIf(lit.Not())
+        index = model.NewIntVar(-2, max_pp, f"last_regular_stage_index[{name}]")
+        if pp_mode is not None:
+            model.Add(index == sum(pv.stages[:b + 1]) - 1 - pv.head[b]).OnlyEnforceIf(pp_mode)
+            model.Add(index == pv.stages[b] - 2).OnlyEnforceIf(pp_mode.Not())
+        else:
+            model.Add(index == pv.stages[b] - 2)
+        lit = model.NewBoolVar(f"a_stage_of_moe_layers_only[{name}]")
+        model.Add(index >= dense).OnlyEnforceIf(lit)
+        model.Add(index <= dense - 1).OnlyEnforceIf(lit.Not())
         out.append(lit)
     return out
+
+
+def dense_cap(model: cp_model.CpModel, dense: int, index: cp_model.IntVar, name: str) -> cp_model.IntVar:
+    """The most dense layers stage ``index`` (or any later stage) can hold: max(0, D − index), D leading dense
+    layers (``_moe_only_stages``)."""
+    cap = model.NewIntVar(0, dense, name)
+    model.AddMaxEquality(cap, [0, dense - index])
+    return cap
 
 
 def _end_of_used(pv: PlanVars, b: int, side: str) -> cp_model.IntVar:
