@@ -168,6 +168,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     whole = [lit for mode, lit in zip(pv.mode.values, pv.mode.lits, strict=True)  # whole pipelines per building
              if mode not in (CrossBuilding.PP, CrossBuilding.PP_DP)]
 
+    holds_head = []  # per building: conjunctions, any of which means it holds a pipeline's LM-head stage
+    for b in range(len(buildings)):
+        holds_head.append([[pv.used[b], lit] for lit in whole]
+                          + ([[pv.used[b], pv.head[b], pp_mode]] if pp_mode is not None else [])
+                          + ([[pv.used[b], group_head[b], pp_dp]] if pp_dp is not None else []))
     head_only = []  # pp+dp: building b holds nothing but its group's LM-head stage
     if pp_dp is not None:
         for b, building in enumerate(buildings):
@@ -239,11 +244,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             head = _head_or_gathers(pv, building.name, head, gathers, head_ratios)
             if embedding_gathers is not None:
                 head = head + embedding_gathers
-        conditions = [[pv.used[b], lit] for lit in whole]  # when this building holds a pipeline's LM-head stage
-        if pp_mode is not None:
-            conditions.append([pv.used[b], pv.head[b], pp_mode])
-        if pp_dp is not None:
-            conditions.append([pv.used[b], group_head[b], pp_dp])
+        conditions = holds_head[b]
         for table, discount, label, gather in bounds:
             per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
             if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
@@ -466,7 +467,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
-        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding)
+        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding, holds_head, products["v_shape"][0])
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -1036,16 +1037,20 @@ def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
     return InnerRing(members, wide)
 
 
-def _head_gather_ratios(pv: PlanVars, sharding: OneHot) -> dict[tuple[int, int], float]:
-    """Per (tp, ep): r = min(1, LM-head weights ÷ the cheapest layer's non-expert weights), per GPU and whole
-    (the cross-building gather bound counts whole layers); left out where every layer kind holds experts
-    (they are gathered over fewer ranks, on another path)."""
+def _head_weight_ratios(pv: PlanVars, keys: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """Per (tp, ep): LM-head weights ÷ the cheapest layer's non-expert weights, per GPU; left out where every
+    layer kind holds experts (they are gathered over fewer ranks, on another path)."""
     spec = pv.instance.job.model_spec
     kinds = layer_kinds(spec)
-    return {(tp, ep): min(1.0, *(embedding_params(spec, t) / min(layer_params(spec, kind, t, e).dense
-                                                                 for kind in kinds)
-                                 for t, e in ((tp, ep), (1, 1))))
-            for tp, ep in sharding.values if min(layer_params(spec, kind, tp, ep).expert for kind in kinds) == 0}
+    return {(tp, ep): embedding_params(spec, tp) / min(layer_params(spec, kind, tp, ep).dense for kind in kinds)
+            for tp, ep in keys if min(layer_params(spec, kind, tp, ep).expert for kind in kinds) == 0}
+
+
+def _head_gather_ratios(pv: PlanVars, sharding: OneHot) -> dict[tuple[int, int], float]:
+    """Per (tp, ep): r = min(1, ``_head_weight_ratios`` per GPU and whole): a pair of gathers' latency part does
+    not grow with the bytes, and the cross-building gather bound counts whole layers."""
+    whole = _head_weight_ratios(pv, [(1, 1)]).get((1, 1), 1.0)
+    return {key: min(1.0, whole, ratio) for key, ratio in _head_weight_ratios(pv, sharding.values).items()}
 
 
 def _head_or_gathers(pv: PlanVars, name: str, head: cp_model.LinearExpr, gathers: _Zero3Gathers,
@@ -1106,20 +1111,35 @@ def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.Li
     return bounds
 
 
-def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot
+def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot,
+                      holds_head: list[list[list[cp_model.IntVar]]], v_shape: cp_model.IntVar
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
     micro-batch's pair): at least the cheapest layer kind's non-expert weights, ring volume 2(n−1)/n over the
     n = dp·cp ranks (the experts' group may hold a single rank). The pair is fixed by the (tp, ep) choice, so
     the products stay tight in the search. The same NIC carries each layer's CP ring for every micro-batch
-    (``Coefficients.cp_nic_us_per_layer``), hidden behind attention or not."""
+    (``Coefficients.cp_nic_us_per_layer``), hidden behind attention or not. The LM-head stage's NIC carries its
+    head_layers' pairs and the LM head's (r of a layer's, ``_head_gather_ratios``), and under V-shaped schedules
+    the embedding's too (r again; bytes only, so r = ``_head_weight_ratios``, which may exceed 1)."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
     on_nic = model.NewBoolVar("zero3_group_on_nics")
     model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
     dense = sharding.value_var(pv.model, "zero3_nic_dense_pair_us",
                         [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
+    # the head stage's pairs per micro-batch, in layers × SCALE (r rounded down)
+    ratios = _head_weight_ratios(pv, sharding.values)
+    ratio = sharding.value_var(model, "zero3_head_gather_ratio_x1000",
+                               [math.floor(SCALE * ratios.get(key, 0.0)) for key in sharding.values])
+    head_units = _new(model, "zero3_head_stage_layers_x1000",
+                      SCALE * instance.job.model_spec.layers + 2 * _upper(ratio))
+    model.Add(head_units == SCALE * pv.head_layers + ratio).OnlyEnforceIf(v_shape.Not())
+    model.Add(head_units == SCALE * pv.head_layers + 2 * ratio).OnlyEnforceIf(v_shape)
+    head_scaled = _product(model, "zero3_head_per_mb_us_x1000", head_units, dense)
+    head_per_mb = _new(model, "zero3_head_per_mb_us")
+    model.AddDivisionEquality(head_per_mb, head_scaled, SCALE)
+    head_total = _product(model, "zero3_head_us", pv.microbatches, head_per_mb)
     step_bounds = []
     for b, building in enumerate(instance.cluster.buildings):
         per_mb = _product(model, f"zero3_per_mb[{building.name}]", pv.layers[b], dense)
@@ -1128,10 +1148,14 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
                                      [coeffs.cp_nic_us_per_layer[(shape, building.name)] for shape in pv.shape.values])
         cp_total = _product(model, f"cp_nic_us[{building.name}]", pv.microbatches,
                             _product(model, f"cp_nic_per_mb[{building.name}]", pv.layers[b], cp_ring))
+        head_cp = _product(model, f"zero3_head_cp_nic_us[{building.name}]", pv.microbatches,
+                           _product(model, f"zero3_head_cp_nic_per_mb[{building.name}]", pv.head_layers, cp_ring))
         for d, d_lit in groups:
             ring = int(SCALE * ring_factor(d)) if d > 1 else 0
             step_bounds.append((ring * total + ring // 2 * per_mb + SCALE * cp_total,
                                 [zero3, d_lit, on_nic, pv.used[b]]))
+            step_bounds += [(ring * head_total + ring // 2 * head_per_mb + SCALE * head_cp,
+                             [zero3, d_lit, on_nic, *condition]) for condition in holds_head[b]]
     return step_bounds
 
 
