@@ -761,7 +761,9 @@ def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_fir
     A–B–C (260 µs one way), so each of its 2,047 steps pays 260 µs. The bound charged the shortest route's
     100 µs (pp+dp rings were not placed), 0.21 of the simulated 4.37 s. Mixtral's expert gradients of the
     first chunk sync in 3 buckets of their own, over the 512 expert-data-parallel ranks (EP 4): 511 steps of
-    the same ring each, which the bound left out. Both in: 0.54."""
+    the same ring each, which the bound left out. Both in: 0.54. Stage 0's DP stream then runs both chunks'
+    buckets (sync, and after the optimizer the weight gathers), each paying the ring's 2,047 or 511 steps, which
+    the next step's first forward hides hardly at all: counted, 0.79."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
     plan = _chain_two_group_plan({
         "tp": 2, "cp": 4, "pp": 2, "dp": 512, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
@@ -771,22 +773,25 @@ def test_the_first_stages_rings_under_pp_dp_pay_the_route_between_its_groups_fir
     assert values["first_chunk_sync_total_us"] >= 2047 * 260
     assert values["first_chunk_expert_buckets"] == 3
     assert values["expert_bucket_latency_us"] == 511 * 260
-    assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+    step_s = simulate(instance, plan).step_time_s
+    assert 0.75 * step_s <= values["step_us"] * 1e-6 <= step_s
 
 
 def test_every_stages_ring_under_pp_dp_crosses_between_groups(load_shipped_instance) -> None:
     """CrossPipe, ZeRO-3, pp 8 over the chain's groups {A, B} and {C, D}: each stage's DP ring joins one
     building of each group, so its ZeRO-3 gathers cross between groups, every such route through the thin
     B–C link (160 µs at best). The bound charged the best route of any pair (A–B: 100 µs, 2.5× the
-    bandwidth): 0.31 of the simulated 17.6 s; now 0.49."""
+    bandwidth): 0.31 of the simulated 17.6 s; then 0.49. A ring joins the buildings that hold the same stage
+    index, A with C (stages 0–3) and B with D (4–7), never B with C: 260 µs, 0.93."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
     plan = _chain_two_group_plan({
         "tp": 4, "cp": 2, "pp": 8, "dp": 128, "ep": 8, "virtual_stages": 1, "micro_batch_size": 2,
         "schedule": "crosspipe-unidirectional", "recompute": "full", "zero_stage": 3}, layers_per_stage=[7] * 8)
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
-    assert values["dp_ring_hop_us"] == 160
+    assert values["dp_ring_hop_us"] == 260
+    assert [values[f"group_first_stage[bldg-{c}]"] for c in "abcd"] == [0, 4, 0, 4]
     step_s = simulate(instance, plan).step_time_s
-    assert 0.45 * step_s <= values["step_us"] * 1e-6 <= step_s
+    assert 0.9 * step_s <= values["step_us"] * 1e-6 <= step_s
 
 
 def test_interleaved_pipelines_across_two_buildings_pay_the_wrap_arounds_on_the_link(load_shipped_instance) -> None:

@@ -493,7 +493,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
-    extra += _expert_buckets_latency(pv, coeffs, groups, moe_layers, sync_hop, tree_ring)
+    expert_extra, expert_latency = _expert_buckets_latency(pv, coeffs, groups, moe_layers, sync_hop, tree_ring)
+    extra += expert_extra
     last_bucket_forward = 0  # the forward of the first chunk's last bucket: ≥ its least F ÷ its buckets
     if buckets is not None:
         least = [min(us for (shape, _, _), us in coeffs.layer_forward_least_us.items() if shape == s)
@@ -553,6 +554,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
+    _add_dp_stream_bound(pv, coeffs, step, v_chunks, chunk_sync + extra, optimizer,
+                         bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
+                         int(SCALE * ratio) * chunk_sync + SCALE * extra if gathering else None)
     if tip_sync is not None:
         # V across buildings: the tip's chunk 1 syncs in one bucket once its last W ends, which only its chunk-0
         # W ops follow (``tip_trailing_weight_ops``, each ≤ ⌈ℓ/2⌉ layers' W); chunk 0's buckets queue behind it
@@ -567,6 +571,33 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     pv.terms.update(compute=compute, pipeline=pipeline, first_chunk_sync=chunk_sync, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar,
+                         v_chunks: dict[int, cp_model.IntVar], first_chunk: cp_model.LinearExpr,
+                         optimizer: cp_model.IntVar, other_chunk: cp_model.LinearExpr,
+                         first_gathers_x1000: cp_model.LinearExpr | None) -> None:
+    """ZeRO-0..2: the first stage's DP stream runs its chunks' buckets one after the other, then the optimizer
+    follows the last, then (ZeRO-1/2) the stream gathers the updated weights bucket by bucket
+    (``simulator.engine``), and the step lasts until the last gather ends, less how far into the next step it
+    may run (``cost.step.gather_windows``: at most one micro-batch's forward through every layer, the
+    embedding and the LM head, at their longest). The first chunk's sync and gathers are the bound's
+    (``first_chunk``, ``first_gathers_x1000`` × SCALE); each of the v − 1 others syncs and gathers at least one
+    bucket, each paying ``other_chunk`` (the collective's latency; the experts' too where every layer has
+    them). Binds where latency dominates: flat rings over thousands of ranks across buildings."""
+    model = pv.model
+    zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
+    spec = pv.instance.job.model_spec
+    window = pv.shape.linear([spec.layers * coeffs.layer_forward_us[shape] + coeffs.embedding_forward_us[shape]
+                              + coeffs.head_forward_us[shape] for shape in pv.shape.values])
+    gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
+    for v, v_on in v_chunks.items():
+        syncs = first_chunk + (v - 1) * other_chunk
+        model.Add(step >= syncs + optimizer).OnlyEnforceIf([v_on, *zero3])
+        if first_gathers_x1000 is not None:
+            for lit in gathering:
+                model.Add(SCALE * step >= SCALE * (syncs + optimizer + (v - 1) * other_chunk - window)
+                          + first_gathers_x1000).OnlyEnforceIf([v_on, lit])
 
 
 @dataclass(frozen=True)
@@ -1272,8 +1303,10 @@ def _first_stage_ring_edges(pv: PlanVars) -> RingEdges:
 
 
 def _inter_group_pairs(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
-    """pp+dp: (i < j) → a literal that may be true only when i and j are used buildings of different groups.
-    Every stage's DP ring joins one building per group (≥ 2 groups), so each of its edges is such a pair."""
+    """pp+dp: (i < j) → a literal that may be true only when i and j are used buildings of different groups
+    that hold a common stage index (their stage ranges in their groups' pipelines overlap). Every stage's DP
+    ring joins one building per group (≥ 2 groups), the one holding that stage, so each of its edges is such
+    a pair (a chain A–B–C–D in groups {A, B}, {C, D}: A–C and B–D, never the adjacent B–C)."""
     if not pv.group_replicas:
         return {}
     model, member = pv.model, pv.member
@@ -1285,6 +1318,9 @@ def _inter_group_pairs(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
             model.AddImplication(lit, pv.used[j])
             for g in range(len(pv.group_replicas)):
                 model.AddBoolOr([lit.Not(), member[i][g].Not(), member[j][g].Not()])
+            first = pv.group_first_stage
+            model.Add(first[i] < first[j] + pv.stages[j]).OnlyEnforceIf(lit)
+            model.Add(first[j] < first[i] + pv.stages[i]).OnlyEnforceIf(lit)
             pairs[(i, j)] = lit
     return pairs
 
@@ -1555,19 +1591,20 @@ def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, moe_layers: cp_model.
 
 def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
                             ring_hop: cp_model.IntVar, tree_ring: list[cp_model.IntVar] | None
-                            ) -> cp_model.IntVar | int:
+                            ) -> tuple[cp_model.IntVar | int, cp_model.IntVar | int]:
     """MoE models: the first chunk's expert gradients sync (and ZeRO-1/2 gather) in buckets of their own, each
     its own collective over the e = dp·cp/ep expert-data-parallel ranks (``cost.step.dp_buckets``): n_e ≥ its
     MoE layers' (≥ its layers − the model's dense ones) expert parameters ÷ the bucket (ZeRO-3: one per MoE
     layer). Where DP crosses buildings a flat algorithm's ring over those ranks spans every used building
     (EP groups stay in one), so each pays its steps (``_sync_steps`` over e) × the ring's slowest hop
-    (``ring_hop``; ``tree_ring``: ``_tree_runs_ring``): n_e·latency µs (0 elsewhere: a lower bound)."""
+    (``ring_hop``; ``tree_ring``: ``_tree_runs_ring``): (n_e·latency, latency) µs (0 elsewhere: a lower
+    bound)."""
     if coeffs.model_expert_param_mib == 0 or pv.cross_algorithm is None or max(pv.space.ep) == 1:
-        return 0
+        return 0, 0
     model = pv.model
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if not crossing:
-        return 0
+        return 0, 0
     layers = pv.instance.job.model_spec.layers
     kiloparams = [coeffs.expert_kiloparams_per_layer[shape] for shape in pv.shape.values]
     per_layer = pv.shape.value_var(model, "expert_kiloparams_per_layer", kiloparams)
@@ -1593,7 +1630,7 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
                     continue
                 for mode_lit in crossing:
                     model.Add(latency >= count * ring_hop).OnlyEnforceIf([mode_lit, alg_lit, d_lit, ep_lit, *also])
-    return _product(model, "expert_buckets*latency_us", buckets, latency)
+    return _product(model, "expert_buckets*latency_us", buckets, latency), latency
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,

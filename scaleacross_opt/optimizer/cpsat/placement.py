@@ -260,6 +260,8 @@ def _add_groups(pv: PlanVars, v_shape: cp_model.IntVar) -> list[cp_model.IntVar]
     last building, its first for V-shaped schedules; false outside pp+dp)."""
     model, member = pv.model, pv.member
     n_b = len(pv.buildings)
+    for b in range(n_b):  # fixed outside pp+dp too
+        model.Add(pv.group_first_stage[b] == 0).OnlyEnforceIf([lit.Not() for lit in member[b]])
     if not pv.group_replicas:
         return [model.NewConstant(0) for _ in range(n_b)]
     lit = pv.mode.lit(CrossBuilding.PP_DP)
@@ -273,6 +275,8 @@ def _add_groups(pv: PlanVars, v_shape: cp_model.IntVar) -> list[cp_model.IntVar]
         model.Add(pv.group_replicas[g] >= 1).OnlyEnforceIf(flag)
         stages_here = []
         for b in range(n_b):
+            # b's stages follow those of the group's buildings before it
+            model.Add(pv.group_first_stage[b] == sum(stages_here)).OnlyEnforceIf(member[b][g])
             held = model.NewIntVar(0, max(pv.space.pp), f"group_stages[{pv.buildings[b]}][{g}]")
             model.Add(held == pv.stages[b]).OnlyEnforceIf(member[b][g])
             model.Add(held == 0).OnlyEnforceIf(member[b][g].Not())

@@ -131,6 +131,7 @@ class PlanVars:
     member: list[list[cp_model.IntVar]]  # pp+dp: member[b][g] building b is in pipeline group g (else empty)
     group_replicas: list[cp_model.IntVar]  # pp+dp: replicas of group g (0 for an empty group)
     group_min_boundaries: cp_model.IntVar  # pp+dp: fewest building boundaries on one group's pipeline
+    group_first_stage: list[cp_model.IntVar]  # pp+dp: index of building b's first stage in its group's pipeline
     terms: dict[str, cp_model.IntVar] = field(default_factory=dict)  # objective parts, µs
     # one-way latency (µs) of the cheapest cross-building route per cross transport (``Coefficients.cross_hop_us``),
     # the price of a boundary crossing (``crossings``); empty where crossings are not bounded
@@ -191,5 +192,6 @@ def create_variables(model: cp_model.CpModel, instance: Instance, space: DesignS
         member=[[model.NewBoolVar(f"member[{b.name}][{g}]") for g in range(max_groups)] for b in buildings],
         group_replicas=[model.NewIntVar(0, max(dp_values), f"group_replicas[{g}]") for g in range(max_groups)],
         group_min_boundaries=model.NewIntVar(0, len(buildings), "group_min_boundaries"),
+        group_first_stage=[model.NewIntVar(0, max(space.pp), f"group_first_stage[{b.name}]") for b in buildings],
     )
     return pv
