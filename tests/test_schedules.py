@@ -215,9 +215,8 @@ def test_v_shaped_schedules_claim_each_stages_activations_exactly(name: str) -> 
                 assert claims == pytest.approx(list(stage_in_flight(name, pp, 2, m))), (pp, m)
 
 
-def _path_op_counts(name: str, pp: int, v: int, m: int, weights: tuple[float, float]) -> tuple[int, int]:
-    """(F, B) ops on a longest path of the op graph with F, B weighing ``weights`` and W nothing."""
-    graph = op_graph(name, pp, v, m)
+def _longest_paths(graph, weights: tuple[float, float]) -> tuple[dict[int, float], dict[int, tuple[int, int]]]:
+    """Per op: the longest path ending there with F, B weighing ``weights`` and W nothing, and its (F, B) ops."""
     weight = {int(OpKind.F): weights[0], int(OpKind.B): weights[1], int(OpKind.W): 0.0}
     length, counts = {}, {}
     prev, dep, kind = graph.stream_prev.tolist(), graph.data_dep.tolist(), graph.kind.tolist()
@@ -226,6 +225,16 @@ def _path_op_counts(name: str, pp: int, v: int, m: int, weights: tuple[float, fl
         f, b = counts[before] if before is not None else (0, 0)
         length[op] = (length[before] if before is not None else 0.0) + weight[kind[op]]
         counts[op] = (f + (kind[op] == OpKind.F), b + (kind[op] == OpKind.B))
+    return length, counts
+
+
+def _longest_path(graph, weights: tuple[float, float]) -> float:
+    return max(_longest_paths(graph, weights)[0].values())
+
+
+def _path_op_counts(name: str, pp: int, v: int, m: int, weights: tuple[float, float]) -> tuple[int, int]:
+    """(F, B) ops on a longest path of the op graph with F, B weighing ``weights`` and W nothing."""
+    length, counts = _longest_paths(op_graph(name, pp, v, m), weights)
     return counts[max(length, key=length.get)]
 
 
@@ -246,6 +255,19 @@ def test_critical_path_ops_lie_on_one_path(name: str) -> None:
     assert checked >= 10
 
 
-def test_critical_path_ops_need_a_fixed_order() -> None:
-    assert get_schedule("zb-v").critical_path_ops(4, 2, 8) is None
+@pytest.mark.parametrize("times", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (3, 4, 1), (1, 1, 3)])
+def test_critical_path_ops_of_orders_that_follow_the_durations(times: tuple[int, int, int]) -> None:
+    """ZB-V orders its ops by their durations, so ``critical_path_ops`` counts a path every order holds, m + 2p − 1
+    F and B ops: with F and B weighing (1, 1), (1, 2) and (2, 1) and W nothing, the op graph's longest path is at
+    least F + B, F + 2B and 2F + B ops long."""
+    schedule = get_schedule("zb-v")
+    for pp, m in ((2, 2), (4, 4), (4, 9), (8, 8), (8, 24), (16, 32)):
+        forward, backward = schedule.critical_path_ops(pp, 2, m)
+        assert forward == backward == m + 2 * pp - 1
+        graph = op_graph("zb-v", pp, 2, m, times)
+        for weights in ((1.0, 1.0), (1.0, 2.0), (2.0, 1.0)):
+            assert _longest_path(graph, weights) >= weights[0] * forward + weights[1] * backward, (pp, m, weights)
+
+
+def test_critical_path_ops_of_the_window_schedule() -> None:
     assert get_schedule("crosspipe-unidirectional").critical_path_ops(8, 1, 32) == (39, 60)

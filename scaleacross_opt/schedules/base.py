@@ -127,11 +127,15 @@ class PipelineSchedule(ABC):
         """(F, B) ops on one path of the op graph, W ops not counted: with every op at least F_min / B_min (any
         stage, any chunk) the pipeline lasts ≥ F·F_min + B·B_min (``optimizer.cpsat.critical_path``). Fixed
         orders: m·v + p − 1 of each — micro-batch 0's forward to the last stage, that stage's m·v F and B, the
-        last backward back (tests: the op graph's longest path at F = B, W = 0, for every fixed order); None
-        where the order follows the op durations (``orders_by_op_times``)."""
+        last backward back (tests: the op graph's longest path at F = B, W = 0, for every fixed order). Orders
+        that follow the op durations (``orders_by_op_times``): m + v·p − 1 of each, whatever the order —
+        micro-batch 0's forward through all v·p chunk positions, then on the stage of the last position (its
+        stream runs that chunk's F and B of every micro-batch in turn) the other m − 1 F and the m B, then
+        micro-batch m − 1's backward through the other v·p − 1 positions."""
         if self.orders_by_op_times:
-            return None
-        ops = num_microbatches * virtual_stages + pp - 1
+            ops = num_microbatches + virtual_stages * pp - 1
+        else:
+            ops = num_microbatches * virtual_stages + pp - 1
         return ops, ops
 
     @abstractmethod

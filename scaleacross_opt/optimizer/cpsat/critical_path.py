@@ -1,4 +1,4 @@
-"""The pipeline's critical path counted in ops (schedules with a fixed op order).
+"""The pipeline's critical path counted in ops.
 
 Each stage runs its ops in order and an op waits for the op whose output it needs, so the simulated pipeline
 lasts at least as long as any path of the step's op graph, transfers and waits only adding to it. Every F op of
@@ -9,10 +9,11 @@ gives
     pipeline ≥ n_F · F_min + n_B · B_min,
 
 n_F, n_B from ``PipelineSchedule.critical_path_ops`` (m·v + p − 1 of each for the fixed orders; the window
-schedule adds p − 1 backward ops at each of its m/p − 1 window switches). Where a layer's passes are longer than
+schedule adds p − 1 backward ops at each of its m/p − 1 window switches; orders that follow the op durations,
+ZB-V, m + v·p − 1 of each, a path any order holds). Where a layer's passes are longer than
 its share of the stage's work suggests — ZeRO-3 gathers that outlast the compute make W negligible, so a
 zero-bubble order keeps 1F1B's bubble — this is the term that sees it; the bottleneck-stage chains see the rest.
-W ops are not counted (a lower bound). Orders that follow the op durations (ZB-V) have no row.
+W ops are not counted (a lower bound).
 """
 
 from __future__ import annotations
