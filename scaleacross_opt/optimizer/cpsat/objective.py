@@ -556,7 +556,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
     _add_dp_stream_bound(pv, coeffs, step, v_chunks, chunk_sync + extra, optimizer,
                          bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
-                         int(SCALE * ratio) * chunk_sync + SCALE * extra if gathering else None)
+                         int(SCALE * ratio) * chunk_sync + SCALE * extra, gathering)
     if tip_sync is not None:
         # V across buildings: the tip's chunk 1 syncs in one bucket once its last W ends, which only its chunk-0
         # W ops follow (``tip_trailing_weight_ops``, each ≤ ⌈ℓ/2⌉ layers' W); chunk 0's buckets queue behind it
@@ -576,28 +576,27 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar,
                          v_chunks: dict[int, cp_model.IntVar], first_chunk: cp_model.LinearExpr,
                          optimizer: cp_model.IntVar, other_chunk: cp_model.LinearExpr,
-                         first_gathers_x1000: cp_model.LinearExpr | None) -> None:
+                         first_gathers_x1000: cp_model.LinearExpr, gathering: list[cp_model.IntVar]) -> None:
     """ZeRO-0..2: the first stage's DP stream runs its chunks' buckets one after the other, then the optimizer
     follows the last, then (ZeRO-1/2) the stream gathers the updated weights bucket by bucket
     (``simulator.engine``), and the step lasts until the last gather ends, less how far into the next step it
     may run (``cost.step.gather_windows``: at most one micro-batch's forward through every layer, the
     embedding and the LM head, at their longest). The first chunk's sync and gathers are the bound's
-    (``first_chunk``, ``first_gathers_x1000`` × SCALE); each of the v − 1 others syncs and gathers at least one
-    bucket, each paying ``other_chunk`` (the collective's latency; the experts' too where every layer has
-    them). Binds where latency dominates: flat rings over thousands of ranks across buildings."""
+    (``first_chunk``, ``first_gathers_x1000`` × SCALE, under any of the ZeRO-1/2 literals ``gathering``); each
+    of the v − 1 others syncs and gathers at least one bucket, each paying ``other_chunk`` (the collective's
+    latency; the experts' too where every layer has them). Binds where latency dominates: flat rings over
+    thousands of ranks across buildings."""
     model = pv.model
     zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
     spec = pv.instance.job.model_spec
     window = pv.shape.linear([spec.layers * coeffs.layer_forward_us[shape] + coeffs.embedding_forward_us[shape]
                               + coeffs.head_forward_us[shape] for shape in pv.shape.values])
-    gathering = [lit for zero, lit in zip(pv.zero.values, pv.zero.lits, strict=True) if zero in (1, 2)]
     for v, v_on in v_chunks.items():
         syncs = first_chunk + (v - 1) * other_chunk
         model.Add(step >= syncs + optimizer).OnlyEnforceIf([v_on, *zero3])
-        if first_gathers_x1000 is not None:
-            for lit in gathering:
-                model.Add(SCALE * step >= SCALE * (syncs + optimizer + (v - 1) * other_chunk - window)
-                          + first_gathers_x1000).OnlyEnforceIf([v_on, lit])
+        for lit in gathering:
+            model.Add(SCALE * step >= SCALE * (syncs + optimizer + (v - 1) * other_chunk - window)
+                      + first_gathers_x1000).OnlyEnforceIf([v_on, lit])
 
 
 @dataclass(frozen=True)
