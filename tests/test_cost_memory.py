@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -76,6 +77,21 @@ def test_zero_stages_shrink_states() -> None:
         totals.append(memory.weights_gib + memory.grads_gib + memory.optimizer_gib)
         assert memory.fits or zero == 0
     assert totals[0] > totals[1] > totals[2] > totals[3]
+
+
+def test_stage_shares_of_the_peak_stop_changing_at_two_micro_batches_per_stage() -> None:
+    """``stage_in_flight`` walks the op order at the least m ≥ 2·pp a schedule runs: for every schedule each
+    stage's share of the peak there equals its share at every larger m up to 4·pp·v."""
+    from scaleacross_opt.cost.memory import _stage_peaks
+    from scaleacross_opt.schedules import get_schedule, schedule_names
+
+    for name in schedule_names():
+        schedule = get_schedule(name)
+        for pp, v in itertools.product((2, 3, 4, 8), (1, 2, 4)):
+            runs = [m for m in range(2 * pp, 4 * pp * v + 1) if schedule.check(pp, v, m) is None]
+            shares = {m: tuple(x / max(peaks) for x in peaks)
+                      for m in runs for peaks in [_stage_peaks(name, pp, v, m)]}
+            assert len(set(shares.values())) <= 1, (name, pp, v, shares)
 
 
 def test_schedule_sets_micro_batches_in_flight() -> None:

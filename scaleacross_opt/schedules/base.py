@@ -43,7 +43,7 @@ class PipelineSchedule(ABC):
     # each one's EP all-to-all hides behind the other's compute
     pairs_microbatches: ClassVar[bool] = False
     # V-shaped schedules: stage s holds at least min(worst, least + growth·s) micro-batches in flight
-    # (``in_flight_microbatches``, ``least_in_flight_microbatches``); the CP-SAT memory bound charges each
+    # (worst and least: ``cost.memory.stage_in_flight``'s largest and smallest); the CP-SAT memory bound charges each
     # building's last regular stage that
     in_flight_growth_per_stage: ClassVar[float] = 0.0
 
@@ -111,11 +111,6 @@ class PipelineSchedule(ABC):
     @abstractmethod
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""
-
-    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """A lower bound of the activations the least-loaded stage holds at its peak (units as
-        ``in_flight_microbatches``); 0 unless a schedule knows better."""
-        return 0.0
 
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
         """Closed form of the fewest times, over the pp − 1 stage boundaries, that one path of the op graph

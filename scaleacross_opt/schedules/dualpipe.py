@@ -116,10 +116,6 @@ class DualPipe(PipelineSchedule):
         """p + 1/2 (2p+1 half-stage chunks)."""
         return pp + 0.5
 
-    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """Every stage holds as much (the two directions mirror each other)."""
-        return self.in_flight_microbatches(pp, virtual_stages, num_microbatches)
-
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """2·⌊(m + 1)/2⌋ + 2 at every boundary: its overlapped forward-backward pairs cross about once per
         micro-batch (the op graph's count at pp ≤ 8, m ≤ 40 in the tests; at pp ≤ 16, m < 100 once)."""

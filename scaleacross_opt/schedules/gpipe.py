@@ -33,10 +33,6 @@ class GPipe(PipelineSchedule):
         """m."""
         return float(num_microbatches)
 
-    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """Every stage holds all m micro-batches before its first backward."""
-        return self.in_flight_microbatches(pp, virtual_stages, num_microbatches)
-
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """2: every stage runs all its forwards before any backward, so a path crosses a boundary once forward
         and once back."""

@@ -83,11 +83,6 @@ class ZeroBubbleV(PipelineSchedule):
         """p (2p half-stage chunks), like 1F1B."""
         return float(pp)
 
-    def least_in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """min(p, (m + 1)/2): stage s holds min(p, (m + 1 + s)/2) (``in_flight_growth_per_stage``), so the
-        least-loaded is stage 0; read off ``stage_ops`` for every p ≤ 32, m ≤ 4p + 2."""
-        return min(float(pp), (num_microbatches + 1) / 2)
-
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; exact for p ≤ 4)."""
         return (pp - 1) / (6 * num_microbatches)

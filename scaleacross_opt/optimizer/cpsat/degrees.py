@@ -3,10 +3,12 @@ and the schedule table (which (schedule, v, pp, m) run, and their activations in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from ...cost.memory import stage_in_flight
 from ...schedules import get_schedule
 from .variables import PlanVars
 
@@ -16,13 +18,28 @@ IN_FLIGHT_SCALE = 100  # in-flight micro-batches are tabulated ×100 to stay int
 @dataclass(frozen=True)
 class InFlight:
     """Activations in flight (micro-batches × IN_FLIGHT_SCALE, through all of a stage's layers) of the chosen
-    (schedule, v, pp, m): on the worst stage, and a lower bound of the least-loaded stage's; with their
-    largest values."""
+    (schedule, v, pp, m): on the worst stage, a lower bound of the least-loaded stage's, with their largest
+    values, and the decline per stage (``in_flight_row``)."""
 
     worst: cp_model.IntVar
     worst_max: int
     least: cp_model.IntVar
     least_max: int
+    decline: cp_model.IntVar
+    decline_max: int
+
+
+def in_flight_row(name: str, pp: int, v: int, m: int) -> tuple[int, int, int]:
+    """(worst, least, decline) × IN_FLIGHT_SCALE from the cost model's per-stage in-flight micro-batches f(s)
+    (``cost.memory.stage_in_flight``, the figures the validator's memory check uses): worst = ⌈max f⌉, least =
+    ⌊min f⌋, and the least decline d ≥ 0 with f(s) ≥ worst − d·s for every stage s ≥ 1 (interleaved 1F1B's
+    stages hold 2/v fewer micro-batches each, where worst·(p − s)/p would say (v + 1)/v). A stage s at or
+    after the first holds at least worst − d·s where stage 0 holds the worst (every schedule that is not
+    V-shaped)."""
+    flights = [math.floor(IN_FLIGHT_SCALE * f + 1e-9) for f in stage_in_flight(name, pp, v, m)]
+    worst = math.ceil(IN_FLIGHT_SCALE * max(stage_in_flight(name, pp, v, m)) - 1e-9)
+    decline = max([math.ceil((worst - f) / s) for s, f in enumerate(flights) if s > 0], default=0)
+    return worst, min(flights), max(0, decline)
 
 
 def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int) -> cp_model.IntVar:
@@ -67,18 +84,16 @@ def _add_schedule_table(pv: PlanVars) -> InFlight:
     model = pv.model
     rows = []
     for index, name, v, pp, m in schedule_runs(pv):
-        schedule = get_schedule(name)
-        worst = schedule.in_flight_microbatches(pp, v, m)
-        least = schedule.least_in_flight_microbatches(pp, v, m)
-        rows.append((index, pp, m, int(worst * IN_FLIGHT_SCALE + 0.999), int(least * IN_FLIGHT_SCALE)))
+        rows.append((index, pp, m, *in_flight_row(name, pp, v, m)))
     if not rows:
         model.AddBoolOr([])  # nothing can run: infeasible
         zero = model.NewConstant(0)
-        return InFlight(zero, 0, zero, 0)
+        return InFlight(zero, 0, zero, 0, zero, 0)
     index = pv.schedule_index = model.NewIntVar(0, len(pv.schedule_chunks.values) - 1, "schedule_index")
     model.Add(index == pv.schedule_chunks.linear(list(range(len(pv.schedule_chunks.values)))))
-    worst_max, least_max = max(r[3] for r in rows), max(r[4] for r in rows)
+    worst_max, least_max, decline_max = (max(r[column] for r in rows) for column in (3, 4, 5))
     worst = model.NewIntVar(0, worst_max, "in_flight_x100")
     least = model.NewIntVar(0, least_max, "least_in_flight_x100")
-    model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, worst, least], rows)
-    return InFlight(worst, worst_max, least, least_max)
+    decline = model.NewIntVar(0, decline_max, "in_flight_decline_per_stage_x100")
+    model.AddAllowedAssignments([index, pv.pp_var, pv.microbatches, worst, least, decline], rows)
+    return InFlight(worst, worst_max, least, least_max, decline, decline_max)

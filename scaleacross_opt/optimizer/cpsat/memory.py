@@ -9,9 +9,9 @@ activations = in_flight · (ℓ·A[shape] + μ·A_extra[shape]).
 Every stage of building b holds ℓ_b layers or one less (``cpsat.placement``), and stage i holds at most
 max(0, D − i) of the D leading dense layers (``cpsat.placement.dense_cap``). Three such stages are bounded:
 - b's first regular stage, with μ ≥ ℓ_b − max(0, D − K_b), K_b the stages before b's (PP across; else 0), in
-  flight at least the least-loaded stage's and, where the schedule is not V-shaped, worst·(pp − K_b)/pp: no
-  stage holds less than that share of the worst stage's (1F1B's stage s holds pp − s, interleaved ones more;
-  ``stage_in_flight``; V-shaped schedules' first regular stage is stage 1, which may hold less);
+  flight at least the least-loaded stage's and, where the schedule is not V-shaped, worst − d·K_b, d the
+  schedule's decline per stage (``degrees.in_flight_row``: 1F1B's stage s holds pp − s, interleaved 1F1B's
+  2/v fewer per stage; V-shaped schedules' first regular stage is stage 1, which may hold less);
 - where b's last regular stage has index ≥ D, it holds no dense layer (``cpsat.placement._moe_only_stages``):
   ℓ = μ ≥ what the split's trimming leaves there (``cpsat.placement``'s bound: ℓ_b in whole pipelines, which
   never trim it; ℓ_b − 1, or less where the split takes several passes, under PP across) at the least-loaded
@@ -78,10 +78,9 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
                                         [p + x for p, x in zip(param_weights, extra_param_weights, strict=True)])
     pp_mode = pv.mode.lit(CrossBuilding.PP) if CrossBuilding.PP in pv.mode.values else None
     v_last = _v_last_stages(pv, in_flight, v_shape)
-    worst_pp = _product(model, "in_flight*pp", in_flight.worst, pv.pp_var, in_flight.worst_max * max_pp)
     for b, building in enumerate(pv.instance.cluster.buildings):
         name = building.name
-        # in flight on b's first regular stage: pp·flight ≥ worst·(pp − K_b), K_b the stages before b's
+        # in flight on b's first regular stage: flight ≥ worst − decline·K_b, K_b the stages before b's
         before = model.NewIntVar(0, max_pp, f"stages_before[{name}]")
         if pp_mode is not None:
             model.Add(before == sum(pv.stages[:b])).OnlyEnforceIf(pp_mode)
@@ -90,9 +89,9 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
             model.Add(before == 0)
         flight = model.NewIntVar(0, in_flight.worst_max, f"first_stage_in_flight_x100[{name}]")
         model.Add(flight >= in_flight.least)
-        model.Add(_product(model, f"first_stage_in_flight*pp[{name}]", flight, pv.pp_var, in_flight.worst_max * max_pp)
-                  >= worst_pp - _product(model, f"in_flight*stages_before[{name}]", in_flight.worst, before,
-                                         in_flight.worst_max * max_pp)).OnlyEnforceIf(v_shape.Not())
+        model.Add(flight >= in_flight.worst - _product(model, f"in_flight_decline*stages_before[{name}]",
+                                                       in_flight.decline, before, in_flight.decline_max * max_pp)
+                  ).OnlyEnforceIf(v_shape.Not())
         # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
         # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
         # sum inside int64 at the largest inputs, and admits the same plans.
