@@ -255,17 +255,18 @@ def test_critical_path_ops_lie_on_one_path(name: str) -> None:
     assert checked >= 10
 
 
-@pytest.mark.parametrize("times", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (3, 4, 1), (1, 1, 3)])
+@pytest.mark.parametrize("times", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (3, 4, 1), (1, 1, 3), (8, 5, 3), (8, 16, 1),
+                                   (8, 3, 1), (8, 20, 20), (8, 1, 1)])
 def test_critical_path_ops_of_orders_that_follow_the_durations(times: tuple[int, int, int]) -> None:
-    """ZB-V orders its ops by their durations, so ``critical_path_ops`` counts a path every order holds, m + 2p − 1
-    F and B ops: with F and B weighing (1, 1), (1, 2) and (2, 1) and W nothing, the op graph's longest path is at
-    least F + B, F + 2B and 2F + B ops long."""
+    """ZB-V orders its ops by their durations, so ``critical_path_ops`` counts a path every order holds, 2m + p − 1
+    F and B ops (through the tip stage's whole stream): with F and B weighing (1, 1), (1, 2), (2, 1), (1, 0.2)
+    and (0.2, 1) and W nothing, the op graph's longest path is at least that long."""
     schedule = get_schedule("zb-v")
-    for pp, m in ((2, 2), (4, 4), (4, 9), (8, 8), (8, 24), (16, 32)):
+    for pp, m in ((2, 2), (2, 5), (4, 4), (4, 9), (4, 16), (8, 8), (8, 24), (8, 64), (16, 16), (16, 32)):
         forward, backward = schedule.critical_path_ops(pp, 2, m)
-        assert forward == backward == m + 2 * pp - 1
+        assert forward == backward == 2 * m + pp - 1
         graph = op_graph("zb-v", pp, 2, m, times)
-        for weights in ((1.0, 1.0), (1.0, 2.0), (2.0, 1.0)):
+        for weights in ((1.0, 1.0), (1.0, 2.0), (2.0, 1.0), (1.0, 0.2), (0.2, 1.0)):
             assert _longest_path(graph, weights) >= weights[0] * forward + weights[1] * backward, (pp, m, weights)
 
 

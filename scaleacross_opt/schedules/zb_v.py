@@ -79,6 +79,15 @@ class ZeroBubbleV(PipelineSchedule):
         and W ops run oldest first, so W0 of the last micro-batch alone follows W1's."""
         return 1
 
+    def critical_path_ops(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, int]:
+        """2m + p − 1 F and B ops, whatever the op durations (≥ the base class's m + 2p − 1 since m ≥ p): the
+        tip stage p − 1 holds the adjacent positions p − 1 and p, so its stream runs all 2m F and 2m B ops
+        (B ops in micro-batch order, B1 before B0 of a micro-batch) up to and including B0 of the last
+        micro-batch; micro-batch 0's forward reaches it through p − 1 F ops, and that last B0 goes back
+        through p − 1 B ops (tests: the op graph's longest path, ten F:B:W ratios, p ≤ 16)."""
+        ops = 2 * num_microbatches + pp - 1
+        return ops, ops
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p (2p half-stage chunks), like 1F1B."""
         return float(pp)
