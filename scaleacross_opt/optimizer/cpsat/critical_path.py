@@ -10,9 +10,10 @@ gives
 
 n_F, n_B from ``PipelineSchedule.critical_path_ops`` (m·v + p − 1 of each for the fixed orders; the window
 schedule adds p − 1 backward ops at each of its m/p − 1 window switches; ZB-V, whose order follows the op
-durations, 2m + p − 1 of each through its tip stage's whole stream, a path any of its orders holds). Where a layer's passes are longer than
-its share of the stage's work suggests — ZeRO-3 gathers that outlast the compute make W negligible, so a
-zero-bubble order keeps 1F1B's bubble — this is the term that sees it; the bottleneck-stage chains see the rest.
+durations, 2m + p − 1 of each through its tip stage's whole stream, a path any of its orders holds). Where a
+layer's passes are longer than its share of the stage's work suggests — ZeRO-3 gathers that outlast the
+compute make W negligible, so a zero-bubble order keeps 1F1B's bubble — this is the term that sees it; the
+bottleneck-stage chains see the rest.
 W ops are not counted (a lower bound).
 """
 

@@ -923,6 +923,12 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
         dense, experts, ep_experts = terms[("nic", label)]
         return int(SCALE * ring_factor(d)) * dense + 2 * SCALE * experts - math.ceil(2 * SCALE / d) * ep_experts
 
+    def inner_ring_pair(inner: InnerRing, width: int) -> cp_model.LinearExpr:
+        """× SCALE: the pair of gathers of an inner ring of ≥ ``width`` members, the cheapest kind's non-expert
+        bytes over the NICs and its steps at the fabric's latency."""
+        return (int(SCALE * ring_factor(width)) * terms[("nic", "light")][0]
+                + 2 * SCALE * coeffs.intra_hop_us * (inner.members - 1))
+
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     if crossing and pv.cross_transport is not None and pv.cross_algorithm is not None:
         # per kind bound (its pair variable, label, non-expert and expert Mi-params of one whole layer): the
@@ -969,6 +975,11 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                             when = [a_lit, d_lit, *([ep_lits[ep]] if ep else [])]
                             for mode_lit in crossing:
                                 model.Add(SCALE * var >= bandwidth + latency).OnlyEnforceIf([mode_lit, t_lit, *when])
+                                for width, wide in (inner.wide if not flat and not ep and label == "light"
+                                                    and inner is not None else ()):
+                                    # hierarchical runs its inner ring, then the outer one: their times add
+                                    model.Add(SCALE * var >= bandwidth + latency + inner_ring_pair(inner, width)
+                                              ).OnlyEnforceIf([mode_lit, t_lit, *when, wide])
                                 if flat and i == 0:  # a flat ring's bytes cross its members' NICs at each step
                                     model.Add(SCALE * var >= nic_bytes(label, d) + nic_latency
                                               ).OnlyEnforceIf([mode_lit, *when])
@@ -989,10 +1000,9 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                             for mode_lit in crossing:
                                 model.Add(SCALE * excess <= SCALE * saved_inside[d] + coeffs.dense_layers * extra
                                           ).OnlyEnforceIf([mode_lit, t_lit, a_lit, d_lit, ep_lits[ep]])
-    if inner is not None:  # the inner ring's bytes over the NICs, its steps, ≥ 1 outer step
-        outer_hop = min(coeffs.cross_hop_us.values())
-        model.Add(SCALE * raw >= int(SCALE * ring_factor(INNER_WIDE)) * terms[("nic", "light")][0]
-                  + 2 * SCALE * (coeffs.intra_hop_us * (inner.members - 1) + outer_hop)).OnlyEnforceIf(inner.wide)
+    for width, wide in inner.wide if inner is not None else ():  # the inner ring's pair, ≥ 1 outer step
+        model.Add(SCALE * raw >= inner_ring_pair(inner, width) + 2 * SCALE * min(coeffs.cross_hop_us.values())
+                  ).OnlyEnforceIf(wide)
     ceiling = HORIZON_US // max(1, instance.job.model_spec.layers)
     zero3 = pv.zero.lit(3)
 
@@ -1010,26 +1020,27 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                          excess, sharding)
 
 
-INNER_WIDE = 16  # inner rings of at least this many members move ≥ 2(16 − 1)/16 of the bytes
+INNER_WIDE = (16, 64, 256)  # inner rings of at least w members move ≥ 2(w − 1)/w of the bytes
 
 
 @dataclass(frozen=True)
 class InnerRing:
     """A DP group across buildings under the hierarchical algorithm: the inner ring over one building's members
-    (``cost.collectives.span_collective_s``) has ≥ ``members`` of them (0: no bound), ≥ INNER_WIDE where
-    ``wide``; its n_in − 1 steps each pay the fabric's latency."""
+    (``cost.collectives.span_collective_s``) has ≥ ``members`` of them (0: no bound), ≥ w where the literal of
+    (w, literal) in ``wide`` is set (w in INNER_WIDE); its n_in − 1 steps each pay the fabric's latency."""
 
     members: cp_model.IntVar
-    wide: cp_model.IntVar
+    wide: tuple[tuple[int, cp_model.IntVar], ...]
 
 
 def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
     """The inner ring's members n_in = f_min · max_b ⌈members_b / f_b⌉ (``cost.layout.group_span``), f_b =
-    min(members_b, domain_b ÷ tp) those sharing an NVLink domain. Where every used building holds at least
-    domain_b ÷ tp of them (replicas_b · cp ≥ that, else the literal short[b] may be set and the bound lapses),
-    f_b = domain_b ÷ tp and, the group spanning at most k used buildings, its largest building holds ≥ ⌈n/k⌉
-    of its n = dp·cp members: n_in ≥ f_min · ⌈⌈n/k⌉ / f_max⌉ — counted only where that exceeds every domain's
-    share (the inner ring then crosses the fabric). None without DP across buildings or hierarchical."""
+    min(members_b, domain_b ÷ tp) those sharing an NVLink domain, members_b = replicas_b · cp (every stage's DP
+    group holds each used building's replicas, under pp+dp those of the building holding the stage in each
+    group, whose replicas are the same). Where every used building holds at least domain_b ÷ tp of them (else
+    the literal short[b] may be set and the bound lapses), f_b = domain_b ÷ tp, so n_in ≥ f_min · members_b /
+    f_max for each used b — counted where members_b exceeds every domain's share (the inner ring then crosses
+    the fabric). None without DP across buildings or hierarchical."""
     model, buildings = pv.model, pv.instance.cluster.buildings
     crossing = [pv.mode.lit(mode) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP) if mode in pv.mode.values]
     hierarchical = CollectiveAlgorithm.HIERARCHICAL
@@ -1046,25 +1057,26 @@ def _inner_ring(pv: PlanVars, groups: DpGroups) -> InnerRing | None:
         model.Add(pv.replicas[b] + 1 <= needed).OnlyEnforceIf(short)
         model.Add(pv.replicas[b] >= needed).OnlyEnforceIf([pv.used[b], short.Not()])
         full.append(short.Not())
-    at_most = {len(buildings): []}  # k → literals under which at most k buildings are used
-    for k in range(2, len(buildings)):
-        lit = model.NewBoolVar(f"used_buildings<={k}")
-        model.Add(sum(pv.used) <= k).OnlyEnforceIf(lit)
-        model.Add(sum(pv.used) >= k + 1).OnlyEnforceIf(lit.Not())
-        at_most[k] = [lit]
     top = max(d for d, _ in groups)
     members = _new(model, "inner_ring_members", top)
     when = [crosses, pv.cross_algorithm.lit(hierarchical), *full]
-    for tp, tp_lit in zip(pv.tp.values, pv.tp.lits, strict=True):
-        shares = [max(1, nvlink_domain(building) // tp) for building in buildings]
-        for (d, d_lit), (k, k_lits) in product(groups, at_most.items()):
-            inner = min(shares) * math.ceil(math.ceil(d / k) / max(shares))
-            if inner > max(shares):
-                model.Add(members >= inner).OnlyEnforceIf([*when, tp_lit, d_lit, *k_lits])
-    wide = model.NewBoolVar("inner_ring_wide")
-    model.Add(members >= INNER_WIDE).OnlyEnforceIf(wide)
-    model.Add(members <= INNER_WIDE - 1).OnlyEnforceIf(wide.Not())
-    return InnerRing(members, wide)
+    for b, building in enumerate(buildings):
+        held = _new(model, f"dp_group_members[{building.name}]", top)
+        model.AddMultiplicationEquality(held, [pv.replicas[b], pv.cp_var])
+        for tp, tp_lit in zip(pv.tp.values, pv.tp.lits, strict=True):
+            shares = [max(1, nvlink_domain(other) // tp) for other in buildings]
+            beyond = model.NewBoolVar(f"dp_group_members_beyond_domain[{building.name}][tp={tp}]")
+            model.Add(held >= max(shares) + 1).OnlyEnforceIf(beyond)
+            model.Add(held <= max(shares)).OnlyEnforceIf(beyond.Not())
+            model.Add(max(shares) * members >= min(shares) * held).OnlyEnforceIf(
+                [*when, tp_lit, pv.used[b], beyond])
+    wide = []
+    for width in INNER_WIDE:
+        lit = model.NewBoolVar(f"inner_ring_at_least[{width}]")
+        model.Add(members >= width).OnlyEnforceIf(lit)
+        model.Add(members <= width - 1).OnlyEnforceIf(lit.Not())
+        wide.append((width, lit))
+    return InnerRing(members, tuple(wide))
 
 
 def _head_weight_ratios(pv: PlanVars, keys: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
@@ -1738,9 +1750,9 @@ def _span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple
             for mode_lit in whole_group:
                 model.Add(1024 * SCALE * per * intra >= per_mib * grad_kib).OnlyEnforceIf([lit, all_several, d_lit,
                                                                                            mode_lit])
-        if inner is not None:  # the hierarchical inner ring over one building's members
-            model.Add(1024 * SCALE * per * intra >= int(base * ring_factor(INNER_WIDE)) * grad_kib
-                      ).OnlyEnforceIf([lit, inner.wide])
+        for width, wide in inner.wide if inner is not None else ():  # the hierarchical inner ring's members
+            model.Add(1024 * SCALE * per * intra >= int(base * ring_factor(width)) * grad_kib
+                      ).OnlyEnforceIf([lit, wide])
     model.Add(total >= intra + intra_latency)
     if not edges:
         return total
