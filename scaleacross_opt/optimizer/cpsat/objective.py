@@ -478,6 +478,9 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                                                   if bucket_layers is not None else [])
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
+    other_layers = _new(model, "other_chunks_layers", pv.instance.job.model_spec.layers)
+    model.Add(other_layers == sync_layers - chunk_layers)  # the first stage's other chunks, at least
+    spans.append(("other_chunks_sync", other_layers, 1))
     bucket_latency = _new(model, "dp_bucket_latency_us")
     # the spans are the first stage's gradients: under pp+dp its ring joins the groups' first buildings
     first_stage_edges = _first_stage_ring_edges(pv)
@@ -488,8 +491,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     dense_sync, *last_bucket = _add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
                                             bucket_latency, inner, tree_ring)
     chunk_sync = _new(model, "first_chunk_sync_us")
-    moe_layers = _chunk_moe_layers(pv, coeffs, chunk_layers)
-    model.Add(chunk_sync == dense_sync + _expert_chunk_sync(pv, coeffs, moe_layers))
+    moe_layers = _chunk_moe_layers(pv, coeffs, chunk_layers, "first_chunk")
+    model.Add(chunk_sync == dense_sync + _expert_chunk_sync(pv, coeffs, moe_layers, "first_chunk"))
+    others_sync = _new(model, "other_chunks_sync_us")
+    model.Add(others_sync == last_bucket.pop() + _expert_chunk_sync(
+        pv, coeffs, _chunk_moe_layers(pv, coeffs, other_layers, "other_chunks"), "other_chunks"))
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -555,7 +561,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
     _add_dp_stream_bound(pv, coeffs, step, v_chunks, chunk_sync + extra, optimizer,
-                         bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
+                         OtherChunks(bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
+                                     others_sync, other_layers, int(SCALE * ratio)),
                          int(SCALE * ratio) * chunk_sync + SCALE * extra, gathering)
     if tip_sync is not None:
         # V across buildings: the tip's chunk 1 syncs in one bucket once its last W ends, which only its chunk-0
@@ -573,30 +580,50 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     return step
 
 
+@dataclass(frozen=True)
+class OtherChunks:
+    """The first stage's chunks but the first, for its DP stream: each syncs (and gathers) at least one bucket
+    paying ``latency``; together they sync ``layers`` layers (≥ 1 of them: ``sync_us``, which pays one
+    latency), their gathers ``gather_ratio`` ÷ SCALE of that."""
+
+    latency: cp_model.LinearExpr
+    sync_us: cp_model.IntVar
+    layers: cp_model.IntVar
+    gather_ratio: int
+
+
 def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar,
                          v_chunks: dict[int, cp_model.IntVar], first_chunk: cp_model.LinearExpr,
-                         optimizer: cp_model.IntVar, other_chunk: cp_model.LinearExpr,
+                         optimizer: cp_model.IntVar, others: OtherChunks,
                          first_gathers_x1000: cp_model.LinearExpr, gathering: list[cp_model.IntVar]) -> None:
     """ZeRO-0..2: the first stage's DP stream runs its chunks' buckets one after the other, then the optimizer
     follows the last, then (ZeRO-1/2) the stream gathers the updated weights bucket by bucket
     (``simulator.engine``), and the step lasts until the last gather ends, less how far into the next step it
     may run (``cost.step.gather_windows``: at most one micro-batch's forward through every layer, the
     embedding and the LM head, at their longest). The first chunk's sync and gathers are the bound's
-    (``first_chunk``, ``first_gathers_x1000`` × SCALE, under any of the ZeRO-1/2 literals ``gathering``); each
-    of the v − 1 others syncs and gathers at least one bucket, each paying ``other_chunk`` (the collective's
-    latency; the experts' too where every layer has them). Binds where latency dominates: flat rings over
-    thousands of ranks across buildings."""
+    (``first_chunk``, ``first_gathers_x1000`` × SCALE, under any of the ZeRO-1/2 literals ``gathering``); the
+    v − 1 others each sync and gather at least one bucket at ``others.latency`` (the collective's latency; the
+    experts' too where every layer has them), and together their layers' sync (``others.sync_us``, one
+    latency; gathers in the same ratio as the first chunk's) plus v − 2 more latencies. Binds where latency
+    or a slow ring dominates: flat rings over thousands of ranks across buildings."""
     model = pv.model
     zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
     spec = pv.instance.job.model_spec
     window = pv.shape.linear([spec.layers * coeffs.layer_forward_us[shape] + coeffs.embedding_forward_us[shape]
                               + coeffs.head_forward_us[shape] for shape in pv.shape.values])
+    held = model.NewBoolVar("other_chunks_hold_layers")
+    model.Add(others.layers >= 1).OnlyEnforceIf(held)
+    model.Add(others.layers == 0).OnlyEnforceIf(held.Not())
     for v, v_on in v_chunks.items():
-        syncs = first_chunk + (v - 1) * other_chunk
-        model.Add(step >= syncs + optimizer).OnlyEnforceIf([v_on, *zero3])
-        for lit in gathering:
-            model.Add(SCALE * step >= SCALE * (syncs + optimizer + (v - 1) * other_chunk - window)
-                      + first_gathers_x1000).OnlyEnforceIf([v_on, lit])
+        rows = [([], (v - 1) * others.latency, SCALE * (v - 1) * others.latency)]
+        if v >= 2:
+            rows.append(([held], others.sync_us + (v - 2) * others.latency,
+                         others.gather_ratio * others.sync_us + SCALE * (v - 2) * others.latency))
+        for when, syncs, gathers_x1000 in rows:
+            model.Add(step >= first_chunk + syncs + optimizer).OnlyEnforceIf([v_on, *when, *zero3])
+            for lit in gathering:
+                model.Add(SCALE * step >= SCALE * (first_chunk + syncs + optimizer - window) + gathers_x1000
+                          + first_gathers_x1000).OnlyEnforceIf([v_on, *when, lit])
 
 
 @dataclass(frozen=True)
@@ -1482,14 +1509,15 @@ def _first_chunk_op_us(pv: PlanVars, name: str, chunk_layers: cp_model.IntVar, p
 
 def _first_chunk_steps(pv: PlanVars, coeffs: Coefficients, sync_layers: cp_model.IntVar,
                        v_chunks: dict[int, cp_model.IntVar]) -> tuple[cp_model.IntVar, cp_model.IntVar]:
-    """The first stage's first chunk (the one whose backward ends the pipeline): (its layers, at least ⌈ℓ/v⌉
-    of the ℓ whose gradients sync after the pipeline (``chunk_layer_kinds`` gives the first chunks the extra
-    layers); BUCKET_STEPS × its parameters in layers, at least: those layers and the embedding it holds
+    """The first stage's first chunk (the one whose backward ends the pipeline): (its layers, ⌈ℓ/v⌉ of the ℓ
+    whose gradients sync after the pipeline (``chunk_layer_kinds`` gives the first chunks the extra layers);
+    BUCKET_STEPS × its parameters in layers, at least: those layers and the embedding it holds
     (``stage_params``: V·h/tp, over the synced parameters of one layer, rounded down))."""
     model, spec = pv.model, pv.instance.job.model_spec
     layers = _new(model, "first_chunk_layers", spec.layers)
     for v, v_on in v_chunks.items():
         model.Add(v * layers >= sync_layers).OnlyEnforceIf(v_on)
+        model.Add(v * layers <= sync_layers + v - 1).OnlyEnforceIf(v_on)
     embedding = [int(BUCKET_STEPS * embedding_params(spec, shape.tp) / coeffs.synced_params_per_layer[shape])
                  for shape in pv.shape.values]
     steps = _new(model, "first_chunk_param_steps", BUCKET_STEPS * spec.layers + max(embedding))
@@ -1566,15 +1594,17 @@ def _more_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
             buckets if coeffs.model_expert_param_mib == 0 else None)
 
 
-def _chunk_moe_layers(pv: PlanVars, coeffs: Coefficients, chunk_layers: cp_model.IntVar) -> cp_model.IntVar:
-    """The first chunk's MoE layers: at least its layers − the model's dense ones (all first in the model)."""
-    moe_layers = _new(pv.model, "first_chunk_moe_layers", pv.instance.job.model_spec.layers)
+def _chunk_moe_layers(pv: PlanVars, coeffs: Coefficients, chunk_layers: cp_model.IntVar, name: str
+                      ) -> cp_model.IntVar:
+    """A span of chunks' MoE layers: at least its layers − the model's dense ones (all first in the model)."""
+    moe_layers = _new(pv.model, f"{name}_moe_layers", pv.instance.job.model_spec.layers)
     pv.model.AddMaxEquality(moe_layers, [0, chunk_layers - coeffs.dense_layers])
     return moe_layers
 
 
-def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, moe_layers: cp_model.IntVar) -> cp_model.IntVar | int:
-    """MoE models: the first chunk's expert gradients, which its dense sync (``_add_dp_sync``) leaves out where
+def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, moe_layers: cp_model.IntVar, name: str
+                       ) -> cp_model.IntVar | int:
+    """MoE models: a span of chunks' expert gradients, which its dense sync (``_add_dp_sync``) leaves out where
     ep > 1 (at ep = 1 they sync with the dense ones, over the same ranks), sync
     after it on the same DP stream (``cost.step._dp_sync``): a reduce-scatter, the smallest sync of any ZeRO
     stage, over the n_e = dp·cp/ep expert-data-parallel ranks, each member's NIC carrying (n_e − 1)/n_e of its
@@ -1594,10 +1624,10 @@ def _expert_chunk_sync(pv: PlanVars, coeffs: Coefficients, moe_layers: cp_model.
             return 0
         return int(coeffs.zero3_nic_pair_us[key][moe][1] * bytes_ratio * ring_factor(ranks) / 2)
     per_pp = {pp: [pass_us(shape, pp) for shape in pv.shape.values] for pp in pv.pp.values}
-    per_layer = _new(model, "first_chunk_expert_sync_us_per_layer", max(max(v) for v in per_pp.values()))
+    per_layer = _new(model, f"{name}_expert_sync_us_per_layer", max(max(v) for v in per_pp.values()))
     for pp, pp_lit in zip(pv.pp.values, pv.pp.lits, strict=True):
         model.Add(per_layer >= pv.shape.linear(per_pp[pp])).OnlyEnforceIf(pp_lit)
-    return _product(model, "first_chunk_expert_sync_us", moe_layers, per_layer)
+    return _product(model, f"{name}_expert_sync_us", moe_layers, per_layer)
 
 
 def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, moe_layers: cp_model.IntVar,
