@@ -36,8 +36,9 @@ def in_flight_row(name: str, pp: int, v: int, m: int) -> tuple[int, int, int]:
     stages hold 2/v fewer micro-batches each, where worst·(p − s)/p would say (v + 1)/v). A stage s at or
     after the first holds at least worst − d·s where stage 0 holds the worst (every schedule that is not
     V-shaped)."""
-    flights = [math.floor(IN_FLIGHT_SCALE * f + 1e-9) for f in stage_in_flight(name, pp, v, m)]
-    worst = math.ceil(IN_FLIGHT_SCALE * max(stage_in_flight(name, pp, v, m)) - 1e-9)
+    held = stage_in_flight(name, pp, v, m)
+    flights = [math.floor(IN_FLIGHT_SCALE * f + 1e-9) for f in held]
+    worst = math.ceil(IN_FLIGHT_SCALE * max(held) - 1e-9)
     decline = max([math.ceil((worst - f) / s) for s, f in enumerate(flights) if s > 0], default=0)
     return worst, min(flights), max(0, decline)
 
