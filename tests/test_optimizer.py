@@ -366,3 +366,39 @@ def test_a_step_reads_floors_in_turn_when_reading_them_all_would_pass_the_deadli
     clock[0] = 0.0
     assert local_search._floor_order(options, floor, deadline=5.0) is None and clock[0] == 1.0
     assert local_search._floor_order(options, floor, deadline=0.5) == []
+
+
+def test_only_the_last_round_of_a_long_enough_search_runs_to_its_proof() -> None:
+    """``is_last_round``: in the final third of the time, with ≥ LAST_ROUND_S left and no room for another round
+    and polish after it; never in a search shorter than 3 × LAST_ROUND_S."""
+    from scaleacross_opt.optimizer.refine import LAST_ROUND_S, ROUND_MIN_S, ROUND_SHARE, is_last_round
+
+    def share(remaining: float) -> float:
+        return min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
+
+    assert is_last_round(22.0, 8.0, share(8.0))  # a 30 s search's second round, started at 22 s
+    assert not is_last_round(14.0, 16.0, share(16.0))  # … started at 14 s: another round fits after it
+    assert not is_last_round(8.0, 22.0, share(22.0))  # its first round
+    assert not is_last_round(28.0, 2.0, share(2.0))  # too little left for a proof: stopped at its share
+    budget = 3 * LAST_ROUND_S - 0.5
+    for tenth in range(1, int(10 * budget)):
+        elapsed = tenth / 10
+        assert not is_last_round(elapsed, budget - elapsed, share(budget - elapsed))
+
+
+def test_a_last_round_runs_to_its_proof_and_the_search_converges(models_dir) -> None:
+    """A search whose first round is already its last (started 100 s ago, 8 s left) runs it to the end with
+    time kept for its candidates, and converges on the brute-force optimum."""
+    import time
+
+    from scaleacross_opt.optimizer.refine import _Search
+
+    instance = tiny_instance(models_dir)
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    search = _Search(pv, lambda inst, p, _deadline: simulate(inst, p), deadline=time.perf_counter() + 8.0, seed=0,
+                     threads=2, progress=None)
+    search.start -= 100.0
+    search.rounds(top_k=8)
+    assert search.stats.status in ("optimal", "within_bound_error")
+    assert search.best.report.step_time_s == pytest.approx(brute_force(instance)[0])
