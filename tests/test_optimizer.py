@@ -387,8 +387,8 @@ def test_only_the_last_round_of_a_long_enough_search_runs_to_its_proof() -> None
 
 
 def test_a_last_round_runs_to_its_proof_and_the_search_converges(models_dir) -> None:
-    """A search whose first round is already its last (started 100 s ago, 8 s left) runs it to the end with
-    time kept for its candidates, and converges on the brute-force optimum."""
+    """A search whose first round is already its last (started 100 s ago, 8 s left) runs it on to its proof,
+    leaving a share for its candidates and polish, and converges on the brute-force optimum."""
     import time
 
     from scaleacross_opt.optimizer.refine import _Search

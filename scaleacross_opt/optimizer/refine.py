@@ -19,7 +19,8 @@ from the best of them for up to a quarter of the time. Then each round:
    off too; the incumbent becomes the next round's hint. A plan that differs from a simulated one only in
    settings the model pins as moot (``fix_irrelevant_choices``) is not simulated again.
 The last round, once too little time is left for another (``is_last_round``), is not stopped at its share: it
-runs on to its proof, which makes its bound the model's optimum instead of the root LP's.
+may run on to its proof until one share is left for its candidates and polish, which makes its bound the
+model's optimum instead of the root LP's.
 The model also carries an *incumbent cut*, step ≤ best simulated × (1 + bound error), tightened as the
 incumbent improves: a plan whose bound cannot beat the incumbent is never proposed, and a round with
 no solution left proves the incumbent optimal (up to the bound error).
@@ -60,9 +61,10 @@ ROUND_MIN_S = 2.0  # … but at least this long
 
 
 # A round stopped at its share keeps its root LP's bound (campus 405B: 4.14 s against the model's optimum 4.67 s),
-# and CP-SAT cannot resume a proof in the next round. The last round gets the time left instead (less what its
-# candidates take to simulate): under an incumbent cut near the final answer, 4 workers on 2 cores prove the
-# model's optimum in 3.5 s (hetero 405B) to 5.5 s (campus 405B), 14.6 s and 8.2 s without the cut.
+# and CP-SAT cannot resume a proof in the next round. The last round may run on to its proof through the time
+# another round would have had, leaving its candidates and polish one share: under an incumbent cut near the final
+# answer, 4 workers on 2 cores prove the model's optimum in 3.5 s (hetero 405B) to 5.5 s (campus 405B), 14.6 s
+# and 8.2 s without the cut.
 LAST_ROUND_S = 4.0
 
 
@@ -378,8 +380,8 @@ class _Search:
             # round with no solution at the end of its share goes on (up to the deadline) until its first one.
             share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
             limit = remaining
-            if is_last_round(t0 - self.start, remaining, share):  # on to its proof, then its candidates
-                limit = share = remaining - self._candidate_reserve(top_k, remaining)
+            if is_last_round(t0 - self.start, remaining, share):  # on to its proof, leaving a share to polish
+                limit = share = remaining - share
             solver = _solver(self.seed, self.threads, limit)
             with _Improving(identity_vars(pv), solver, share) as recorder:
                 status = solver.Solve(pv.model, recorder)
@@ -411,12 +413,6 @@ class _Search:
             cpsat_before = stats.cpsat_wall_s
             self._simulate_round(_best_distinct(recorder.found, top_k), t0)
             self.polish(time.perf_counter() + max(POLISH_MIN_S, stats.cpsat_wall_s - cpsat_before))
-
-    def _candidate_reserve(self, top_k: int, remaining: float) -> float:
-        """Seconds the last round leaves for simulating its candidates: top_k plans at the mean simulation
-        time so far, at most a quarter of the time left."""
-        per_plan = self.stats.simulate_wall_s / max(1, self.stats.candidates_simulated)
-        return min(remaining / 4, top_k * per_plan)
 
     def _simulate_round(self, found: list[dict[int, int]], t0: float) -> None:
         """Validate, bound and simulate a round's candidates (its CP-SAT time ends once their bounds are known)."""
