@@ -377,7 +377,7 @@ class _Search:
                 pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
             self.set_cutoff()
             # A round gets a share of the time left, so a slow proof still leaves rounds for simulation; a
-            # round with no solution at the end of its share goes on (up to the deadline) until its first one.
+            # round with no solution at the end of its share goes on (up to its limit) until its first one.
             share = min(remaining, max(ROUND_MIN_S, remaining / ROUND_SHARE))
             limit = remaining
             if is_last_round(t0 - self.start, remaining, share):  # on to its proof, leaving a share to polish
