@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 import statistics
 
+import pytest
+
 from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
 from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
@@ -525,9 +527,10 @@ def test_a_dp_group_inside_one_nvlink_domain_pays_nvlinks_latency_per_step(load_
 
 
 def test_zero3_gathers_stretch_the_forward_and_the_backward_apart(load_shipped_instance) -> None:
-    """ZeRO-3 runs a layer's forward for max(F, g) and its backward for max(B+W, g), g one gather: at TP 2, CP 4
-    on the three-building campus g (4.5 ms) outlasts F (3.3 ms) but not B+W (6.6 ms), so a layer takes
-    g + B + W = 11.2 ms; the bound priced it at max(F+B+W, 2g) = 9.9 ms (0.864 s against 1.236 s simulated)."""
+    """ZeRO-3 runs a layer's forward for max(F, g) and, where the schedule splits the backward (ZB-V here), its
+    B for max(B, g) and its W apart, g one gather: at TP 2, CP 4 on the three-building campus with the tree
+    inside buildings g (26.9 ms) outlasts F (3.3 ms) and B (3.8 ms), so a layer takes 2g + W = 56.7 ms. The
+    bound priced it at max(F+B+W, 2g, F + g, B+W + g) = 53.9 ms (with max(B+W, g) in the closed form too)."""
     from scaleacross_opt.cost.step import build_workload
 
     instance = load_shipped_instance("three-buildings-campus-llama3-70b")
@@ -539,6 +542,31 @@ def test_zero3_gathers_stretch_the_forward_and_the_backward_apart(load_shipped_i
     per_layer_s = (group.fwd_s[1, 0] + group.bwd_input_s[1, 0] + group.bwd_weight_s[1, 0]) / 14  # stage 1: 14 + 14
     assert 0.99 * per_layer_s <= values["layer_or_gathers_us[bldg-b]"] * 1e-6 <= per_layer_s
     assert values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+
+
+def test_a_split_backwards_weight_ops_hide_no_zero3_gather(load_shipped_instance) -> None:
+    """The gather before a layer's backward runs beside the op that needs the weights: B+W in one op where the
+    schedule does not split the backward (1F1B: max(B+W, g)), B alone where it does (ZB-H1: max(B, g), its W
+    ops later); the closed form had hidden the gather behind W in both, 5 % under the simulator on this plan."""
+    from scaleacross_opt.cost.step import build_workload
+
+    instance = load_shipped_instance("three-buildings-campus-llama3-70b")
+    placement = {"cross_building": "pp", "layers_per_stage": [27, 28, 25], "buildings": [
+        {"building": name, "dp_replicas": 512, "pp_stages": 1} for name in ("bldg-a", "bldg-b", "bldg-c")]}
+    per_layer = {}
+    for schedule in ("1f1b", "zb-h1"):
+        for zero_stage in (1, 3):
+            plan = _three_building_plan(pp=3, dp=512, zero_stage=zero_stage, network=TREE_RING_NETWORK,
+                                        schedule=schedule, virtual_stages=1, placement=placement)
+            group = build_workload(instance, plan).groups[0]
+            per_layer[schedule, zero_stage] = [float(x[1].sum()) / 28 for x in (
+                group.fwd_s, group.bwd_input_s, group.bwd_weight_s)]  # stage 1: 28 layers
+    forward, _, weight = per_layer["zb-h1", 1]
+    gather = per_layer["zb-h1", 3][0]  # the gather outlasts F
+    assert gather > 5 * forward and per_layer["1f1b", 1] == per_layer["zb-h1", 1]
+    assert per_layer["zb-h1", 3] == pytest.approx([gather, gather, weight], rel=1e-9)
+    assert per_layer["1f1b", 3] == pytest.approx([gather, gather - weight, weight], rel=1e-9)
+    assert sum(per_layer["zb-h1", 3]) > 1.05 * sum(per_layer["1f1b", 3])
 
 
 def test_one_bucket_per_chunk_exposes_its_whole_gather(three_building_zb_v) -> None:

@@ -391,6 +391,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     ZERO3_GATHERED_LAYERS layers gathered): layer l's pass starts once its gather is done, which ran
     during layer l−1's pass, so a pass takes Σ_l max(compute_l, gather_l) — each layer exposes
     max(0, gather − compute) (reported as exposed DP); the first layer's gather overlaps the previous op.
+    The backward's pass is B+W where the schedule runs them as one op, but B alone where it splits them: the
+    W ops run later, when the next layer's gather is already done (a layer: max(F, g) + max(B, g) + W).
     The embedding and LM head are gathered like one more layer.
     """
     instance, plan = layout.instance, layout.plan
@@ -405,6 +407,7 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
     ep_hidden = (0.0, 0.0, 0.0)
     cp_fwd = cp_bwd = cp_share = 0.0
     passes = 2 if plan.recompute is Recompute.FULL else 1  # of the forward's collectives in the backward
+    splits_backward = get_schedule(plan.schedule).splits_backward
     # TP's NVLink seconds (each way) per layer and pass: 4 collectives of (tp − 1)/tp of the activation
     tp_nvlink = 4 * (plan.tp - 1) / plan.tp * shard.tokens * model.hidden_size * 2 / (
         nvlink_path(building).bandwidth_bytes_per_s)
@@ -422,7 +425,8 @@ def _chunk_cost(layout: ResolvedPlan, stage: int, chunk: int, building: Building
         nonlocal total, gathers
         if plan.zero_stage >= 3 and (params.dense or params.expert):
             gather = _zero3_gather_s(layout, stage, params)
-            fwd, bwd = max(0.0, gather - times.fwd_s), max(0.0, gather - times.bwd_s)
+            backward = times.bwd_input_s if splits_backward else times.bwd_s
+            fwd, bwd = max(0.0, gather - times.fwd_s), max(0.0, gather - backward)
             exposed["dp"] += count * (fwd + bwd)
             gathers += count * gather
             times = times + OpTimes(fwd, bwd, 0.0)

@@ -69,10 +69,12 @@ class Coefficients:
     # fwd+bwd per layer per micro-batch per building, incl. exposed TP/CP/EP, by whether the schedule pairs
     # micro-batches (``pairings``)
     layer_us: dict[tuple[Shape, str, bool], int]
-    # its forward (F) and full backward (B+W) apart, each the least of any kind and transport: ZeRO-3's
-    # gathers stretch them apart (``cost.step._chunk_cost``: max(F, g) + max(B+W, g))
+    # its forward (F) and full backward (B+W) apart, each the least of any kind and transport, and its W
+    # alone, the least of any kind: ZeRO-3's gathers stretch them apart (``cost.step._chunk_cost``:
+    # max(F, g) + max(B+W, g), or max(F, g) + max(B, g) + W where the schedule splits the backward)
     layer_forward_least_us: dict[tuple[Shape, str, bool], int]
     layer_backward_least_us: dict[tuple[Shape, str, bool], int]
+    layer_weight_least_us: dict[tuple[Shape, str], int]
     # models with layers of several kinds (MoE after dense layers): the MoE layer's layer_us, and what a
     # stage holding every dense layer saves against that (Σ over the dense layers of the positive
     # difference, rounded up); empty for models of one kind
@@ -254,20 +256,21 @@ def _compute_floor_us(instance: Instance, shape: Shape, item_s: dict[str, dict[o
 
 def _layer_s(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
              space: DesignSpace) -> tuple[dict[bool, dict[LayerKind, float]], dict[bool, tuple[float, float]],
-                                          OpShares, float, float]:
+                                          OpShares, tuple[float, float], float]:
     """Seconds of one layer of each kind the model has (fwd+bwd, one micro-batch, exposed comm included),
     the least over the space's transports, by whether the schedule pairs micro-batches (``pairings``); by
     pairing, the least forward and the least full backward of any kind and transport; the ranges of each op's
-    share (``OpShares``) over kinds, transports and pairings; and the longest weight-gradient op (W) and
-    forward (exposed comm included) of any kind, transport and pairing (seconds)."""
+    share (``OpShares``) over kinds, transports and pairings; the shortest and the longest weight-gradient op
+    (W) of any kind; and the longest forward (exposed comm included) of any kind, transport and pairing
+    (seconds)."""
     model, job = instance.job.model_spec, instance.job
     shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
     out: dict[bool, dict[LayerKind, float]] = {pairs: {} for pairs in pairings(space)}
     passes = dict.fromkeys(out, (math.inf, math.inf))
-    shares, weight_s, forward_s = NO_SHARES, 0.0, 0.0
+    shares, weight_s, forward_s = NO_SHARES, (math.inf, 0.0), 0.0
     for kind in _kinds(model):
         compute = layer_times(model, kind, shard, building.gpu_spec, job.precision, shape.recompute)
-        weight_s = max(weight_s, compute.bwd_weight_s)
+        weight_s = (min(weight_s[0], compute.bwd_weight_s), max(weight_s[1], compute.bwd_weight_s))
         for pairs, per_kind in out.items():
             probe = next(name for name in space.schedules if get_schedule(name).pairs_microbatches == pairs)
             for t in transports:
@@ -299,6 +302,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
     layer_backward_least_us: dict[tuple[Shape, str, bool], int] = {}
+    layer_weight_least_us: dict[tuple[Shape, str], int] = {}
     zero3_nic_pair, zero3_nic_step, synced_params, expert_kiloparams = {}, {}, {}, {}
     heavy_us: dict[tuple[Shape, str, bool], int] = {}
     discount_us: dict[tuple[Shape, str, bool], int] = {}
@@ -329,7 +333,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             for pairs, (forward_least, backward_least) in passes.items():
                 layer_forward_least_us[(shape, b.name, pairs)] = int(forward_least * 1e6)
                 layer_backward_least_us[(shape, b.name, pairs)] = int(backward_least * 1e6)
-            layer_weight_us[shape] = max(layer_weight_us.get(shape, 0), math.ceil(weight_s * 1e6))
+            layer_weight_least_us[(shape, b.name)] = int(weight_s[0] * 1e6)
+            layer_weight_us[shape] = max(layer_weight_us.get(shape, 0), math.ceil(weight_s[1] * 1e6))
             layer_forward_us[shape] = max(layer_forward_us.get(shape, 0), math.ceil(forward_s * 1e6))
             shares = shares.widen(layer_shares)
             least, most = layer_forward.get(shape.recompute, (1.0, 0.0))
@@ -435,7 +440,8 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     cross_hop = {t: clamp(x) for t, x in cross_hop.items()}
     return Coefficients(
         layer_us=layer_us, layer_forward_least_us=layer_forward_least_us,
-        layer_backward_least_us=layer_backward_least_us, heavy_layer_us=heavy_us, light_discount_us=discount_us,
+        layer_backward_least_us=layer_backward_least_us, layer_weight_least_us=layer_weight_least_us,
+        heavy_layer_us=heavy_us, light_discount_us=discount_us,
         model_us=model_us, compute_floor_us=compute_floor,
         head_us=head_us, layer_weight_us=layer_weight_us, head_weight_us=head_weight_us,
         embedding_weight_us=embedding_weight_us, layer_forward_us=layer_forward_us, head_forward_us=head_forward_us,

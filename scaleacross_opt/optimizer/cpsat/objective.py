@@ -223,11 +223,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     t_head_max = _new(model, "t_head_stage")  # the LM-head stage of the slowest pipeline
     model.Add(t_max >= t_reg)
     layer_passes = []  # per building: one layer's least forward and least full backward (F, B+W) of any kind
+    unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
+                                        lambda chunks: not get_schedule(chunks[0]).splits_backward)
     for b, building in enumerate(buildings):
         passes = {part: by_pairing(f"layer_{part}_least_us[{building.name}]", table, building.name)
                   for part, table in (("forward", coeffs.layer_forward_least_us),
                                       ("backward", coeffs.layer_backward_least_us))}
         layer_passes.append((passes["forward"], passes["backward"]))
+        least_weight = pv.shape.value_var(model, f"layer_weight_least_us[{building.name}]",
+                                          [coeffs.layer_weight_least_us[(shape, building.name)]
+                                           for shape in pv.shape.values])
         # per-layer bounds (µs) with what the stage may take off: the cheapest kind's layers, and for models
         # with layers of several kinds the costliest kind's less what the cheaper layers could save
         bounds = [(coeffs.layer_us, 0, "layer", gathers.light if gathers else None)]
@@ -252,9 +257,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                 max(_upper(per_layer), _upper(gather)))
                 model.Add(gathered >= per_layer)
                 model.Add(gathered >= gather)
+                # a split backward's W ops overlap no gather: max(F, g) + max(B, g) + W ≥ 2g + W
+                model.Add(gathered >= gather + least_weight).OnlyEnforceIf(unsplit.Not())
                 if label == "layer":  # max(F, g) + max(B+W, g) ≥ F + g and ≥ B+W + g, g = ½ the pair
                     for least in passes.values():
                         model.Add(2 * gathered >= 2 * least + gather)
+                    model.Add(2 * gathered >= 2 * (passes["forward"] + least_weight) + gather
+                              ).OnlyEnforceIf(unsplit.Not())  # … and split, ≥ F + g + W
                 per_layer = gathered
             # b's most-loaded regular stage holds at least ``timed_layers[b]``
             stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["timed_layers"][b], per_layer)
@@ -456,8 +465,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         [_product(model, f"first_stage_layers*c[{name}]", layers, c)
          for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
         holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
-    unsplit = pv.schedule_chunks.any_of(model, "backward_not_split",
-                                        lambda chunks: not get_schedule(chunks[0]).splits_backward)
     path_ops = critical_path_ops(pv)
     if path_ops is not None:  # pipeline ≥ n_F·F_min + n_B·B_min (``critical_path``)
         least = _least_ops(pv, layer_passes, gathers.light if gathers else None, layer_weight, unsplit,
