@@ -569,6 +569,22 @@ def test_a_split_backwards_weight_ops_hide_no_zero3_gather(load_shipped_instance
     assert sum(per_layer["zb-h1", 3]) > 1.05 * sum(per_layer["1f1b", 3])
 
 
+def test_a_slow_first_buildings_earlier_stages_are_priced_at_its_own_speed(load_shipped_instance) -> None:
+    """PP across an H100 and a B200 building, 1F1B with 8 micro-batches over 10 stages: the H100 building's last
+    stage starts after micro-batch 0 crossed its 7 stages before it (87 layers) and ends before the last one
+    crosses them back, all on H100s, at twice the B200's time per layer. The chain priced those layers at the
+    fastest building's cost: 0.78 of the simulated step (13.9 s against 17.8 s)."""
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    plan = Plan.model_validate({
+        "tp": 4, "cp": 4, "pp": 10, "dp": 64, "micro_batch_size": 4, "schedule": "1f1b", "recompute": "full",
+        "zero_stage": 3, "tp_comm_overlap": True, "network": with_algorithms("pat", "hierarchical"),
+        "placement": {"cross_building": "pp", "layers_per_stage": [12] * 4 + [13] * 6, "buildings": [
+            {"building": "bldg-h100", "dp_replicas": 64, "pp_stages": 8},
+            {"building": "bldg-b200", "dp_replicas": 64, "pp_stages": 2}]}})
+    simulated = simulate(instance, plan).step_time_s
+    assert 0.93 * simulated <= plan_bound_s(instance, plan) <= simulated
+
+
 def test_one_bucket_per_chunk_exposes_its_whole_gather(three_building_zb_v) -> None:
     """ZeRO-1 with the largest gradient bucket (a chunk's gradients in one bucket): the next step's first
     forward needs the first chunk's whole gather, so it is exposed in full. The bound took only the default

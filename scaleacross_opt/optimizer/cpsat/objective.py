@@ -378,7 +378,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         model.Add(pv.stages[b] >= 2).OnlyEnforceIf(lit)
         model.Add(pv.stages[b] <= 1).OnlyEnforceIf(lit.Not())
         two_stages.append(lit)
-    inner_last = {head_first: _inner_buildings_last_stages(pv, products, fastest, head_first)
+    inner_last = {head_first: _inner_buildings_last_stages(pv, products, per_layer_times, fastest, head_first)
                   for head_first in ((False, True) if v_shaped else (False,))} if two_stages else {}
     m_layer_stage = [_product(model, f"m*layer_stage_us[{name}]", pv.microbatches, stage_us)
                      for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
@@ -704,7 +704,7 @@ def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: lis
     must run."""
     model = pv.model
     if len(per_layer) == 1:
-        return _product(model, f"{name}*c", count, fastest)
+        return _product(model, f"{name}*c", count, per_layer[0])
     total = pv.instance.job.model_spec.layers
     held = []
     for b, (c_b, slots_b) in enumerate(zip(per_layer, slots, strict=True)):
@@ -773,14 +773,19 @@ class VTip:
     first_chunk_layers: cp_model.IntVar
 
 
-def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]], fastest: cp_model.IntVar,
-                                 head_first: bool) -> list[cp_model.IntVar]:
+def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model.IntVar]],
+                                 per_layer: list[cp_model.IntVar], fastest: cp_model.IntVar, head_first: bool
+                                 ) -> list[cp_model.IntVar]:
     """PP across: building b's last stage is stage K_b = Σ_{b' ≤ b} stages − 1, a regular stage unless it holds
     the LM head (the last used building's last stage; ``head_first``, V-shaped schedules: stage 0); it holds
     ``timed_layers[b]`` or more (placement's trimming bound). The split trims its excess e from the stages
     other than the LM head's, so the stages before K_b hold ≥ Σ_{b' ≤ b} stages·layers − layers[b] − e layers
-    (V: with the LM-head stage's own layers in place of its slot). Per building: those layers · c_min."""
+    (V: with the LM-head stage's own layers in place of its slot). Per building: those layers · c_min; on mixed
+    GPUs those layers run in buildings b' ≤ b, so each at most as many as b' has slots, at its own c_b'
+    (``_layers_cost``: a slow first building's stages before its last are priced at its own speed, not the
+    fastest building's: hetero 1F1B pp10 ZeRO-3, 0.78 of its simulated step, 0.95 with them)."""
     model = pv.model
+    mixed = len({building.gpu_spec.name for building in pv.instance.cluster.buildings}) > 1
     slots, (excess,) = products["layer_slots"], products["layer_excess"]
     head_correction = pv.head_layers - sum(products["head_slots"]) if head_first else 0
     tag = "v_" if head_first else ""
@@ -788,7 +793,13 @@ def _inner_buildings_last_stages(pv: PlanVars, products: dict[str, list[cp_model
     for b, name in enumerate(pv.buildings):
         before = _new(model, f"{tag}layers_before_last_stage[{name}]", sum(_upper(x) for x in slots[:b + 1]))
         model.AddMaxEquality(before, [0, sum(slots[:b + 1]) - pv.layers[b] - excess + head_correction])
-        out.append(_product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest))
+        if not mixed:
+            out.append(_product(model, f"{tag}layers_before_last_stage*c_min[{name}]", before, fastest))
+            continue
+        fitting = _new(model, f"{tag}layers_before_last_stage_in_slots[{name}]", _upper(before))
+        model.AddMinEquality(fitting, [before, sum(slots[:b + 1])])  # the slots hold them (V: the head's aside)
+        out.append(_layers_cost(pv, f"{tag}layers_before_last_stage[{name}]", fitting, per_layer[:b + 1], fastest,
+                                slots[:b + 1]))
     return out
 
 
