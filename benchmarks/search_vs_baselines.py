@@ -54,8 +54,9 @@ def main() -> None:
     gaps: dict[float, list[tuple[str, float]]] = defaultdict(list)
     spread: dict[tuple[str, float], list[float]] = defaultdict(list)
     print(f"{'instance':42s} {'budget':>6s} {'seed':>4s} {'solve':>10s} {'random':>10s} {'annealing':>10s} "
-          f"{'sims':>5s} {'twins':>5s} {'round':>6s}  result   (sims: plans solve simulated, twins: of them, "
-          "plans whose workload was simulated before, reused; round: mean CP-SAT s per round)")
+          f"{'sims':>5s} {'twins':>5s} {'round':>6s} {'gap':>6s}  result   (sims: plans solve simulated, twins: of "
+          "them, plans whose workload was simulated before, reused; round: mean CP-SAT s per round; gap: solve's "
+          "proven gap, %)")
     for name, instance in chosen:
         for budget in budgets:
             for seed in seeds:
@@ -77,7 +78,7 @@ def main() -> None:
                 round_s = stats.cpsat_wall_s / max(1, stats.rounds)
                 print(f"{name:42s} {budget:6g} {seed:4d} {ours:10.4f} {theirs['random']:10.4f} "
                       f"{theirs['annealing']:10.4f} {stats.candidates_simulated:5d} {stats.simulations_reused:5d} "
-                      f"{round_s:6.2f}  {outcome} ({100 * loss:+.2f} %)", flush=True)
+                      f"{round_s:6.2f} {100 * stats.gap:6.1f}  {outcome} ({100 * loss:+.2f} %)", flush=True)
     print(f"solve vs the best of random/annealing: {tally['win']} wins, {tally['tie']} ties, {tally['loss']} losses")
     for budget, rows in gaps.items():
         print(f"proven gap of solve at {budget:g} s: worst {100 * max(g for _, g in rows):.1f} % "
