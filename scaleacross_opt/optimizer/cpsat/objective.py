@@ -232,7 +232,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         layer_passes.append((passes["forward"], passes["backward"]))
         least_weight = pv.shape.value_var(model, f"layer_weight_least_us[{building.name}]",
                                           [coeffs.layer_weight_least_us[(shape, building.name)]
-                                           for shape in pv.shape.values])
+                                           for shape in pv.shape.values]) if gathers is not None else None
         # per-layer bounds (µs) with what the stage may take off: the cheapest kind's layers, and for models
         # with layers of several kinds the costliest kind's less what the cheaper layers could save
         bounds = [(coeffs.layer_us, 0, "layer", gathers.light if gathers else None)]
@@ -698,10 +698,10 @@ def _add_first_stage_turn(pv: PlanVars, coeffs: Coefficients, pipeline: cp_model
 def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: list[cp_model.IntVar],
                  fastest: cp_model.IntVar, slots: list[cp_model.IntVar]) -> cp_model.IntVar:
     """A lower bound of what ``count`` of the plan's layers cost (µs per micro-batch, the cheapest kind):
-    count·c_min with one building; with several, Σ_b x_b·c_b over any x_b ≤ the layer slots of building b
-    (stages·layers[b]) with Σ x_b = count — the solver picks the cheapest filling, so layers that cannot
-    all fit the fastest building's stages (a mixed-GPU pipeline across buildings) are priced where they
-    must run."""
+    count·c_b with one building b (c_b = c_min when b is the instance's only one); with several, Σ_b x_b·c_b
+    over any x_b ≤ the layer slots of building b (stages·layers[b]) with Σ x_b = count — the solver picks the
+    cheapest filling, so layers that cannot all fit the fastest building's stages (a mixed-GPU pipeline across
+    buildings) are priced where they must run."""
     model = pv.model
     if len(per_layer) == 1:
         return _product(model, f"{name}*c", count, per_layer[0])
