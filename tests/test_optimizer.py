@@ -402,3 +402,30 @@ def test_a_last_round_runs_to_its_proof_and_the_search_converges(models_dir) -> 
     search.rounds(top_k=8)
     assert search.stats.status in ("optimal", "within_bound_error")
     assert search.best.report.step_time_s == pytest.approx(brute_force(instance)[0])
+
+
+def test_a_round_with_only_the_hints_neighbours_runs_on_past_its_share() -> None:
+    """At its share a round stops if a solution lies beyond the hint's neighbourhood (more than
+    HINT_NEIGHBOURHOOD under its first); with only solutions near the first it runs on for half a share, as
+    does a round whose first solution comes after its share."""
+    from scaleacross_opt.optimizer.refine import HINT_NEIGHBOURHOOD, _Improving
+
+    class Solver:
+        stops = 0
+
+        def stop_search(self) -> None:
+            self.stops += 1
+
+    def at_share(objectives: list[int]) -> tuple[int, int]:
+        solver = Solver()
+        recorder = _Improving([], solver, share_s=3600.0)
+        recorder.found = [(objective, {}) for objective in objectives]
+        with recorder:
+            recorder._share_passed()
+            return solver.stops, len(recorder._timers)
+
+    first = 6_478_472
+    assert at_share([first, 5_299_055]) == (1, 1)  # the dive's own solution: stop now
+    near = int(first * (1 - HINT_NEIGHBOURHOOD)) + 1
+    assert at_share([first, 6_463_356, near]) == (0, 2)  # the hint's neighbours only: run on
+    assert at_share([]) == (0, 1)  # none yet: wait for the first
