@@ -105,9 +105,9 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
 
 class _Improving(cp_model.CpSolverSolutionCallback):
     """Records the identity assignment and objective of every improving solution of one solve, and ends
-    the solve at its share of time once it has a solution of its own; one without by then runs on until
-    half a share after its first such solution (a solve improves on the hint only after its presolve), or
-    for half a share if it has only the hint's neighbours. *The hint's neighbours*: solutions within
+    the solve at its share of time if it has a solution beyond the hint's neighbours; with only those by
+    then it runs on for half a share, and with none until half a share after its first (a solve improves on
+    the hint only after its presolve). *The hint's neighbours*: solutions within
     ``HINT_NEIGHBOURHOOD`` of the solve's first, which with a hint is the hint repaired; CP-SAT's LNS
     workers find them at once, its own first solution comes from an LP-guided dive (campus 405B, round 1:
     6.48 s at 0.15 s, then 6.46 s until the dive's 5.30 s at 1.7–2.4 s of 4 workers on 2 cores; a round
