@@ -404,10 +404,11 @@ def test_a_last_round_runs_to_its_proof_and_the_search_converges(models_dir) -> 
     assert search.best.report.step_time_s == pytest.approx(brute_force(instance)[0])
 
 
-def test_a_round_with_only_the_hints_neighbours_runs_on_past_its_share() -> None:
-    """At its share a round stops if a solution lies beyond the hint's neighbourhood (more than
-    HINT_NEIGHBOURHOOD under its first); with only solutions near the first it runs on for half a share, as
-    does a round whose first solution comes after its share."""
+def test_a_round_stops_at_its_share_only_half_a_share_after_its_first_solution_beyond_the_hints() -> None:
+    """At its share a round stops if its first solution beyond the hint's neighbourhood (more than
+    HINT_NEIGHBOURHOOD under the round's first) came at least half a share ago, and otherwise half a share
+    after it; with only solutions near the first it runs on for half a share, as does a round whose first
+    solution comes after its share."""
     from scaleacross_opt.optimizer.refine import HINT_NEIGHBOURHOOD, _Improving
 
     class Solver:
@@ -416,16 +417,25 @@ def test_a_round_with_only_the_hints_neighbours_runs_on_past_its_share() -> None
         def stop_search(self) -> None:
             self.stops += 1
 
-    def at_share(objectives: list[int]) -> tuple[int, int]:
+    share_s = 3600.0
+
+    def at_share(objectives: list[int], beyond_age_s: float = share_s) -> tuple[int, list[float]]:
+        """(stops, delays of the pending stop timers) when the share passes, the solution beyond the hint's
+        neighbours (if any) having come ``beyond_age_s`` before."""
         solver = Solver()
-        recorder = _Improving([], solver, share_s=3600.0)
-        recorder.found = [(objective, {}) for objective in objectives]
+        recorder = _Improving([], solver, share_s=share_s)
+        for objective in objectives:
+            recorder.record(objective, {})
+        if recorder.beyond_hint_at is not None:
+            recorder.beyond_hint_at -= beyond_age_s
         with recorder:
             recorder._share_passed()
-            return solver.stops, len(recorder._timers)
+            return solver.stops, [round(timer.interval / share_s, 2) for timer in recorder._timers[1:]]
 
     first = 6_478_472
-    assert at_share([first, 5_299_055]) == (1, 1)  # the dive's own solution: stop now
+    assert at_share([first, 5_299_055]) == (1, [])  # the dive's own solution, long ago: stop now
+    assert at_share([first, 5_299_055], beyond_age_s=0.0) == (0, [0.5])  # just now: half a share more
+    assert at_share([first, 5_299_055], beyond_age_s=share_s * 0.4) == (0, [0.1])
     near = int(first * (1 - HINT_NEIGHBOURHOOD)) + 1
-    assert at_share([first, 6_463_356, near]) == (0, 2)  # the hint's neighbours only: run on
-    assert at_share([]) == (0, 1)  # none yet: wait for the first
+    assert at_share([first, 6_463_356, near]) == (0, [0.5])  # the hint's neighbours only: run on
+    assert at_share([]) == (0, [])  # none yet: wait for the first

@@ -105,14 +105,16 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
 
 class _Improving(cp_model.CpSolverSolutionCallback):
     """Records the identity assignment and objective of every improving solution of one solve, and ends
-    the solve at its share of time if it has a solution beyond the hint's neighbours; with only those by
-    then it runs on for half a share, and with none until half a share after its first (a solve improves on
-    the hint only after its presolve). *The hint's neighbours*: solutions within
-    ``HINT_NEIGHBOURHOOD`` of the solve's first, which with a hint is the hint repaired; CP-SAT's LNS
-    workers find them at once, its own first solution comes from an LP-guided dive (campus 405B, round 1:
-    6.48 s at 0.15 s, then 6.46 s until the dive's 5.30 s at 1.7–2.4 s of 4 workers on 2 cores; a round
-    ended at its 2.4 s share before the dive proposed only the start plans' neighbours, and its 10 s search
-    returned their 6.58 s)."""
+    the solve at its share of time, but never sooner than half a share after its first solution beyond the
+    hint's neighbours; with only those by then it runs on for half a share, and with none until half a
+    share after its first (a solve improves on the hint only after its presolve). *The hint's neighbours*:
+    solutions within ``HINT_NEIGHBOURHOOD`` of the solve's first, which with a hint is the hint repaired;
+    CP-SAT's LNS workers find them at once, its own first solution comes from an LP-guided dive (campus
+    405B, round 1: 6.48 s at 0.15 s, then 6.46 s until the dive's 5.30 s at 1.7–2.4 s of 4 workers on 2
+    cores; a round ended at its 2.4 s share before the dive proposed only the start plans' neighbours, and
+    its 10 s search returned their 6.58 s). The dive's first solutions can lie in a loosely bounded family
+    (bounds 5.49–5.83 s, simulated 6.84–7.11 s) and the next 0.1–0.3 s bring the plans bounded at 4.97 s;
+    a round that ended on the first ones returned 6.48 s."""
 
     def __init__(self, keys: list[cp_model.IntVar], solver: cp_model.CpSolver, share_s: float):
         super().__init__()
@@ -122,6 +124,7 @@ class _Improving(cp_model.CpSolverSolutionCallback):
         self.share_s = share_s
         self.share_over = False  # the round's share of time has passed
         self.stopped = False  # this callback (not a time limit or an interrupt) ended the search
+        self.beyond_hint_at: float | None = None  # perf_counter() at the first solution beyond the hint's neighbours
         self._timers = [threading.Timer(share_s, self._share_passed)]
 
     def __enter__(self) -> _Improving:
@@ -141,9 +144,12 @@ class _Improving(cp_model.CpSolverSolutionCallback):
         self.stopped = True
         self.solver.stop_search()
 
-    def _run_on(self) -> None:
-        """End the solve half a share from now."""
-        self._timers.append(threading.Timer(self.share_s / 2, self._stop))
+    def _stop_in(self, delay_s: float) -> None:
+        """End the solve ``delay_s`` from now (at once when it is not positive)."""
+        if delay_s <= 0:
+            self._stop()
+            return
+        self._timers.append(threading.Timer(delay_s, self._stop))
         self._start(self._timers[-1])
 
     def _beyond_hint(self) -> bool:
@@ -153,15 +159,21 @@ class _Improving(cp_model.CpSolverSolutionCallback):
 
     def _share_passed(self) -> None:
         self.share_over = True
-        if self.found and self._beyond_hint():
-            self._stop()
+        if self.beyond_hint_at is not None:
+            self._stop_in(self.beyond_hint_at + self.share_s / 2 - time.perf_counter())
         elif self.found:
-            self._run_on()
+            self._stop_in(self.share_s / 2)
 
     def on_solution_callback(self) -> None:
-        self.found.append((int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys}))
+        self.record(int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys})
+
+    def record(self, objective: int, assignment: dict[int, int]) -> None:
+        """Add one solution; after the share, a first solution ends the solve half a share later."""
+        self.found.append((objective, assignment))
+        if self.beyond_hint_at is None and self._beyond_hint():
+            self.beyond_hint_at = time.perf_counter()
         if self.share_over and len(self.found) == 1:
-            self._run_on()
+            self._stop_in(self.share_s / 2)
 
 
 def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[dict[int, int]]:
