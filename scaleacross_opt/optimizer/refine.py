@@ -105,9 +105,9 @@ def _solver(seed: int, workers: int, time_s: float) -> cp_model.CpSolver:
 
 class _Improving(cp_model.CpSolverSolutionCallback):
     """Records the identity assignment and objective of every improving solution of one solve, and ends
-    the solve at its share of time, but never sooner than half a share after its first solution beyond the
-    hint's neighbours; with only those by then it runs on for half a share, and with none until half a
-    share after its first (a solve improves on the hint only after its presolve). *The hint's neighbours*:
+    the solve at its share of time, but (if it has one by then) never sooner than half a share after its first
+    solution beyond the hint's neighbours; with only those by then it runs on for half a share, and with none
+    until half a share after its first (a solve improves on the hint only after its presolve). *The hint's neighbours*:
     solutions within ``HINT_NEIGHBOURHOOD`` of the solve's first, which with a hint is the hint repaired;
     CP-SAT's LNS workers find them at once, its own first solution comes from an LP-guided dive (campus
     405B, round 1: 6.48 s at 0.15 s, then 6.46 s until the dive's 5.30 s at 1.7–2.4 s of 4 workers on 2
@@ -152,11 +152,6 @@ class _Improving(cp_model.CpSolverSolutionCallback):
         self._timers.append(threading.Timer(delay_s, self._stop))
         self._start(self._timers[-1])
 
-    def _beyond_hint(self) -> bool:
-        """Whether a solution lies beyond the hint's neighbourhood (the first's objective less the margin)."""
-        first = self.found[0][0]
-        return any(objective < first * (1 - HINT_NEIGHBOURHOOD) for objective, _ in self.found)
-
     def _share_passed(self) -> None:
         self.share_over = True
         if self.beyond_hint_at is not None:
@@ -170,7 +165,8 @@ class _Improving(cp_model.CpSolverSolutionCallback):
     def record(self, objective: int, assignment: dict[int, int]) -> None:
         """Add one solution; after the share, a first solution ends the solve half a share later."""
         self.found.append((objective, assignment))
-        if self.beyond_hint_at is None and self._beyond_hint():
+        beyond_hint = objective < self.found[0][0] * (1 - HINT_NEIGHBOURHOOD)  # the first's objective less the margin
+        if self.beyond_hint_at is None and beyond_hint:
             self.beyond_hint_at = time.perf_counter()
         if self.share_over and len(self.found) == 1:
             self._stop_in(self.share_s / 2)
