@@ -3,13 +3,13 @@
 A *move* changes one decision and repairs only what it must:
 
 - placement (``Move.PLACEMENT``): move a factor f > 1 of one of tp, cp, pp, dp to another of them
-  (tp·cp·pp·dp kept), at the default counts and at the plan's own share of each building (replicas and
-  stages scaled; under PP across at the same pp, its layer split); EP to the next smaller or larger
-  allowed degree; the cross-building dimension (every other allowed one, at its default counts); the
-  split — one replica unit between two groups of buildings (dp, pp+dp) or one stage between two
-  buildings of a pipeline (pp, pp+dp); the layer split under pp — one layer of stage capacity from one
-  building's stages (or the LM-head stage) to another's, in the family the CP-SAT model expresses
-  (``placement.materialize_layers`` with per-building ℓ_b);
+  (tp·cp·pp·dp kept), or EP to the next smaller or larger allowed degree, each at the plan's own share
+  of each building (replicas and stages scaled; under PP across at the same pp, its layer split), or at
+  the default counts where that share does not stay whole; the cross-building dimension (every other
+  allowed one, at its default counts); the split — one replica unit between two groups of buildings
+  (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp); the layer split under pp —
+  one layer of stage capacity from one building's stages (or the LM-head stage) to another's, in the
+  family the CP-SAT model expresses (``placement.materialize_layers`` with per-building ℓ_b);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
   mode, ZeRO stage, TP/GEMM overlap, the gradient bucket to the next size of ``DesignSpace.bucket_sizes``
   up or down (every neighbour's bucket is on that ladder, ``DesignSpace.on_bucket_ladder``: a move that
@@ -257,6 +257,16 @@ def _keeping_shares(instance: Instance, plan: Plan, changed: Plan) -> Plan | Non
     return placed
 
 
+def _shares_or_default(instance: Instance, plan: Plan, moved: Plan) -> Plan | None:
+    """``moved`` at ``plan``'s share of each building where that is a valid plan, else at the default counts
+    of ``plan``'s cross-building dimension."""
+    assert plan.placement is not None
+    kept = _keeping_shares(instance, plan, moved)
+    if kept is not None and not validate_plan(kept, instance):
+        return kept
+    return place(instance, moved, plan.placement.cross_building)
+
+
 def _layer_capacities(plan: Plan) -> tuple[list[int], list[int], int]:
     """A PP-across plan's stages per building, each building's most layers per (non-LM-head) stage and the
     LM-head stage's layers: the family parameters ``materialize_layers`` rebuilds its split from."""
@@ -298,13 +308,13 @@ def _placement_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iter
             if all(update[k] in allowed[k] for k in update if k in allowed):
                 moved = _pinned(space, plan.model_copy(update=update))
                 if (moved.dp * moved.cp) % moved.ep == 0:
-                    yield place(instance, moved, mode)
-                    yield _keeping_shares(instance, plan, moved)
+                    yield _shares_or_default(instance, plan, moved)
     eps = sorted(space.ep)
     if plan.ep in eps:
         i = eps.index(plan.ep)
         for ep in eps[max(i - 1, 0):i] + eps[i + 1:i + 2]:
-            yield place(instance, plan.model_copy(update={"ep": ep}), mode)
+            moved = plan.model_copy(update={"ep": ep})
+            yield _shares_or_default(instance, plan, moved)
     for other in space.cross_building:
         if other is not mode:
             yield place(instance, plan, other)
