@@ -188,41 +188,6 @@ def test_schedule_moves_keep_a_tuned_layer_split(three_building_zb_v) -> None:
     assert all(plan_assignment(pv, p) is not None for p in moved if p.tp_comm_overlap == tuned.tp_comm_overlap)
 
 
-def test_degree_moves_keep_the_plans_share_of_each_building(three_building_zb_v, load_shipped_instance) -> None:
-    """A degree move keeps the plan's share of each building (a move repairs only what it must): under PP
-    across at the same pp its tuned layer split (campus 405B: tp8 cp4 → tp4 cp8 keeping the split simulated
-    4.929 s, the default split 5.125 s), in the CP-SAT model's family, and a DP-across split's replicas
-    scaled with dp; the default counts only where the scaled ones are not whole."""
-    from scaleacross_opt.optimizer.coefficients import build_coefficients
-    from scaleacross_opt.optimizer.cpsat.build import build_model
-    from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
-
-    instance, space, plan = three_building_zb_v
-    tuned = next(p for p in neighbours(instance, space, plan, (Move.PLACEMENT,))
-                 if p.placement.layers_per_stage == [28, 25, 27])
-    swapped = [p for p in neighbours(instance, space, tuned, (Move.PLACEMENT,))
-               if (p.tp, p.cp, p.pp) == (4, 2, 3) and p.placement.cross_building is CrossBuilding.PP]
-    assert [p.placement.layers_per_stage for p in swapped] == [[28, 25, 27]]
-    pv = build_model(instance, space, build_coefficients(instance, space))
-    assert all(plan_assignment(pv, p) is not None for p in swapped)
-
-    instance = load_shipped_instance(SMALL).with_updates({"job.num_gpus": 64,
-                                                          "search.cross_building": ["none", "pp", "dp"]})
-    space = planner_space(instance)
-    start = production_plans(instance, space)[0]  # tp8 dp8 in one building
-    even = next(p for p in neighbours(instance, space, start, (Move.PLACEMENT,))
-                if p.placement.cross_building is CrossBuilding.DP and p.pp == 1)
-    uneven = next(p for p in neighbours(instance, space, even, (Move.PLACEMENT,))
-                  if [s.dp_replicas for s in p.placement.buildings] == [3, 5] and (p.tp, p.pp) == (8, 1))
-    shares: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-    for p in neighbours(instance, space, uneven, (Move.PLACEMENT,)):
-        if p.placement.cross_building is CrossBuilding.DP:
-            shares.setdefault((p.tp, p.pp), []).append(tuple(s.dp_replicas for s in p.placement.buildings))
-    shares = {key: sorted(found) for key, found in shares.items()}
-    assert shares[(4, 1)] == [(6, 10)]  # dp 8 → 16: 3 and 5 replicas become 6 and 10
-    assert shares[(8, 2)] == [(2, 2)]  # dp 8 → 4: 3 / 2 is not whole, so only the default counts
-
-
 def test_random_plan_is_valid_and_seeded(load_shipped_instance) -> None:
     instance = load_shipped_instance(SMALL)
     space = planner_space(instance)

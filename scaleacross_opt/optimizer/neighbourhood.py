@@ -3,13 +3,11 @@
 A *move* changes one decision and repairs only what it must:
 
 - placement (``Move.PLACEMENT``): move a factor f > 1 of one of tp, cp, pp, dp to another of them
-  (tp·cp·pp·dp kept), or EP to the next smaller or larger allowed degree, each at the plan's own share
-  of each building (replicas and stages scaled; under PP across at the same pp, its layer split), or at
-  the default counts where that share does not stay whole; the cross-building dimension (every other
-  allowed one, at its default counts); the split — one replica unit between two groups of buildings
-  (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp); the layer split under pp —
-  one layer of stage capacity from one building's stages (or the LM-head stage) to another's, in the
-  family the CP-SAT model expresses (``placement.materialize_layers`` with per-building ℓ_b);
+  (tp·cp·pp·dp kept); EP to the next smaller or larger allowed degree; the cross-building dimension
+  (every other allowed one, at its default counts); the split — one replica unit between two groups
+  of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp); the layer split
+  under pp — one layer of stage capacity from one building's stages (or the LM-head stage) to another's,
+  in the family the CP-SAT model expresses (``placement.materialize_layers`` with per-building ℓ_b);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
   mode, ZeRO stage, TP/GEMM overlap, the gradient bucket to the next size of ``DesignSpace.bucket_sizes``
   up or down (every neighbour's bucket is on that ladder, ``DesignSpace.on_bucket_ladder``: a move that
@@ -228,43 +226,18 @@ def _pinned(space: DesignSpace, plan: Plan) -> Plan:
 
 
 def _replaced(instance: Instance, plan: Plan, **update: object) -> Plan | None:
-    """``plan`` with ``update`` applied, keeping its share of each building (``_keeping_shares``)."""
-    return _keeping_shares(instance, plan, plan.model_copy(update=update))
-
-
-def _keeping_shares(instance: Instance, plan: Plan, changed: Plan) -> Plan | None:
-    """``changed`` (``plan`` with some decisions changed) placed like ``plan``: each building's replicas and
-    stages scaled by ``changed``'s dp and pp over ``plan``'s (None where they do not stay whole) and, under PP
-    across at the same pp, ``plan``'s layer split (its per-building capacities read with ``changed``'s LM-head
-    stage, re-materialised for its v) where ``changed`` can hold it; else the default split for those counts.
-    A tuned split of a mixed-GPU pipeline is worth keeping across a schedule change (hetero 405B: ZB-V →
-    DualPipe keeping it 6.738 → 6.629 s simulated, the default split 7.705 s), and across a degree move that
-    keeps pp (campus 405B: tp8 cp4 → tp4 cp8 at interleaved pp8, 5.012 → 4.929 s keeping it, 5.125 s at the
-    default split)."""
+    """``plan`` with ``update`` applied, keeping its per-building counts and, under pp, its layer split
+    (its per-building capacities read with the changed plan's LM-head stage, re-materialised for its v)
+    where the changed plan can hold it; else the default split. A tuned split of a mixed-GPU pipeline is
+    worth keeping across a schedule change (hetero 405B: ZB-V → DualPipe keeping it 6.738 → 6.629 s
+    simulated, the default split 7.705 s)."""
     assert plan.placement is not None
-    mode = plan.placement.cross_building
-    replicas, stages, groups = counts_of(instance, plan)
-    if any(r * changed.dp % plan.dp for r in replicas) or any(s * changed.pp % plan.pp for s in stages):
-        return None
-    counts = (tuple(r * changed.dp // plan.dp for r in replicas), tuple(s * changed.pp // plan.pp for s in stages),
-              groups)
-    placed = place(instance, changed, mode, counts)
-    if placed is not None and mode is CrossBuilding.PP and changed.pp == plan.pp:
-        capacities = _layer_capacities(changed.model_copy(update={"placement": plan.placement}))
-        kept = _with_capacities(instance, placed, *capacities)
+    changed = plan.model_copy(update=update)
+    if plan.placement.cross_building is CrossBuilding.PP:
+        kept = _with_capacities(instance, changed, *_layer_capacities(changed))
         if kept is not None and not validate_plan(kept, instance):
             return kept
-    return placed
-
-
-def _shares_or_default(instance: Instance, plan: Plan, moved: Plan) -> Plan | None:
-    """``moved`` at ``plan``'s share of each building where that is a valid plan, else at the default counts
-    of ``plan``'s cross-building dimension."""
-    assert plan.placement is not None
-    kept = _keeping_shares(instance, plan, moved)
-    if kept is not None and not validate_plan(kept, instance):
-        return kept
-    return place(instance, moved, plan.placement.cross_building)
+    return place(instance, changed, plan.placement.cross_building, counts_of(instance, plan))
 
 
 def _layer_capacities(plan: Plan) -> tuple[list[int], list[int], int]:
@@ -308,13 +281,12 @@ def _placement_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iter
             if all(update[k] in allowed[k] for k in update if k in allowed):
                 moved = _pinned(space, plan.model_copy(update=update))
                 if (moved.dp * moved.cp) % moved.ep == 0:
-                    yield _shares_or_default(instance, plan, moved)
+                    yield place(instance, moved, mode)
     eps = sorted(space.ep)
     if plan.ep in eps:
         i = eps.index(plan.ep)
         for ep in eps[max(i - 1, 0):i] + eps[i + 1:i + 2]:
-            moved = plan.model_copy(update={"ep": ep})
-            yield _shares_or_default(instance, plan, moved)
+            yield place(instance, plan.model_copy(update={"ep": ep}), mode)
     for other in space.cross_building:
         if other is not mode:
             yield place(instance, plan, other)
