@@ -163,7 +163,8 @@ class _Improving(cp_model.CpSolverSolutionCallback):
         self.record(int(self.ObjectiveValue()), {v.Index(): int(self.Value(v)) for v in self.keys})
 
     def record(self, objective: int, assignment: dict[int, int]) -> None:
-        """Add one solution; after the share, a first solution ends the solve half a share later."""
+        """Add one solution, noting when the first beyond the hint's neighbours came; after the share, a first
+        solution ends the solve half a share later."""
         self.found.append((objective, assignment))
         beyond_hint = objective < self.found[0][0] * (1 - HINT_NEIGHBOURHOOD)  # the first's objective less the margin
         if self.beyond_hint_at is None and beyond_hint:
