@@ -4,9 +4,11 @@ For every shipped instance (and, with --with-1m, the 1M-GPU case of solve_scale.
 seed: `solve` and each search baseline get the same wall seconds; all plans are scored by the same
 simulator. Prints one row per run, wins / ties / losses of `solve` (tie: within 0.1 %), the proven gap of
 `solve` at each budget, the spread of `solve` over seeds per instance and budget, and, last, the worst
-relative loss of `solve` (goal: no loss at any budget).
+relative loss of `solve` (goal: no loss at any budget). With --plans-dir, every method's plan is written
+there as INSTANCE_BUDGET_SEED_METHOD.json (replayable with `simulate --plan`), so an answer met only once —
+a lucky draw of a baseline, a loss of `solve` — can be examined afterwards.
 
-    python benchmarks/search_vs_baselines.py [--budgets 10,30,120] [--seeds 0,1,2] [--with-1m]
+    python benchmarks/search_vs_baselines.py [--budgets 10,30,120] [--seeds 0,1,2] [--with-1m] [--plans-dir DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from scaleacross_opt import load_instance
 from scaleacross_opt.baselines.registry import run_baseline
 from scaleacross_opt.optimizer import solve
+from scaleacross_opt.spec import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCHES = ("random", "annealing")
@@ -37,13 +40,23 @@ def instances(with_1m: bool) -> list[tuple[str, object]]:
     return out
 
 
+def save_plans(directory: Path, run: str, plans: dict[str, Plan | None]) -> None:
+    """Write each method's plan of one run as ``{run}_{method}.json`` (a method that found none: no file)."""
+    for method, plan in plans.items():
+        if plan is not None:
+            (directory / f"{run}_{method}.json").write_text(plan.model_dump_json(indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="10,30,120", help="wall seconds per method, comma-separated")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--with-1m", action="store_true", help="add the 1,048,576-GPU case")
     parser.add_argument("--instances", help="comma-separated instance names (default: every shipped one)")
+    parser.add_argument("--plans-dir", type=Path, help="write every method's plan here (JSON, one file per run)")
     args = parser.parse_args()
+    if args.plans_dir:
+        args.plans_dir.mkdir(parents=True, exist_ok=True)
     budgets = [float(b) for b in args.budgets.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     chosen = instances(args.with_1m)
@@ -62,12 +75,16 @@ def main() -> None:
             for seed in seeds:
                 result = solve(instance, time_limit_s=budget, seed=seed)
                 ours = result.step_time_s
+                plans = {"solve": result.plan}
                 gaps[budget].append((name, result.stats.gap))
                 spread[(name, budget)].append(ours)
                 theirs = {}
                 for method in SEARCHES:
                     found = run_baseline(method, instance, time_limit_s=budget, seed=seed)
                     theirs[method] = found.report.step_time_s if found.report is not None else float("inf")
+                    plans[method] = found.plan
+                if args.plans_dir:
+                    save_plans(args.plans_dir, f"{name}_{budget:g}_{seed}", plans)
                 best_other = min(theirs.values())
                 loss = ours / best_other - 1
                 outcome = "tie" if abs(loss) <= TIE else ("loss" if loss > 0 else "win")
