@@ -1,6 +1,7 @@
 """The `scaleacross-opt` command line.
 
-Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 130 interrupted (Ctrl-C).
+Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 5 no plan in time, 130 interrupted
+(Ctrl-C).
 Machine output goes to stdout (``--json``); messages and progress go to stderr.
 """
 
@@ -21,6 +22,7 @@ import click
 
 from . import __version__
 from .errors import InfeasibleError, InputError, InputIssue, NoPlanInTimeError
+from .spec.bounds import MAX_TIME_LIMIT_S
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 EXIT_NO_PLAN_IN_TIME = 5  # the time limit ended the search before any plan (not proven infeasible)
@@ -128,13 +130,17 @@ def _distinct_outputs(output: tuple[str, Path | None], *inputs: Path) -> None:
                                          param_hint=f"'{option}'")
 
 
+TIME_LIMIT_S = click.FloatRange(min=0.1, max=MAX_TIME_LIMIT_S)  # seconds of a solve or search
+
+
 def _finite_time_limit(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if math.isnan(value):
         raise click.BadParameter("must be a number of seconds, not nan", ctx, param)
     return value
 
 
-_EPILOG = "Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 130 interrupted."
+_EPILOG = ("Exit codes: 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 internal error, 5 no plan in time, "
+           "130 interrupted.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EPILOG)
@@ -378,7 +384,7 @@ def simulate(instance_path: Path, plan_path: Path, as_json: bool, trace_path: Pa
 
 @main.command()
 @_instance_arg
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--time-limit", "time_limit_s", type=TIME_LIMIT_S, default=60.0, show_default=True,
               callback=_finite_time_limit, help="Wall-clock budget in seconds.")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="Random seed (same seed, same plan).")
@@ -441,7 +447,7 @@ def _method_list(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--methods", callback=_method_list,
               help="Comma-separated methods (default: all; production always runs as the reference): "
                    "planner, production, crossdc-sota, one-at-a-time, random, annealing, exhaustive.")
-@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--time-limit", "time_limit_s", type=TIME_LIMIT_S, default=60.0, show_default=True,
               callback=_finite_time_limit, help="Wall-clock budget in seconds of the planner and of each search.")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="Random seed of the planner and of the random searches.")

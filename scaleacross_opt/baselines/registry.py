@@ -18,6 +18,7 @@ from ..cost.report import StepReport
 from ..errors import InfeasibleError
 from ..optimizer.space import DesignSpace
 from ..spec import Instance, Plan
+from ..spec.bounds import check_time_limit
 from ..validation.plan_checks import validate_plan
 from .evaluator import Evaluator
 
@@ -126,6 +127,7 @@ def run_baseline(name: str, instance: Instance, *, time_limit_s: float, seed: in
     """Run baseline ``name``. A search stops at ``time_limit_s`` wall seconds or ``max_simulator_calls``
     simulations, whichever comes first (the same seed and a call budget reached first give the same
     plan); a cheap baseline simulates all of its few plans. Every returned plan passed ``validate_plan``."""
+    check_time_limit(time_limit_s)
     baseline = get_baseline(name)
     start = time.perf_counter()
     evaluator = Evaluator(instance, deadline=None if baseline.cheap else start + time_limit_s,

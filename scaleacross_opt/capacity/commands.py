@@ -15,6 +15,7 @@ import click
 
 from ..cli import (
     EXIT_INTERRUPTED,
+    TIME_LIMIT_S,
     _cannot_write,
     _distinct_outputs,
     _fail,
@@ -122,7 +123,7 @@ def _point_line(record: Any) -> str:
 
 
 _instance_arg = click.argument("instance_path", metavar="INSTANCE", type=click.Path(path_type=Path))
-_time_limit_opt = click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0.1), default=60.0,
+_time_limit_opt = click.option("--time-limit", "time_limit_s", type=TIME_LIMIT_S, default=60.0,
                                show_default=True, callback=_finite_time_limit, help="Seconds per solve.")
 _seed_opt = click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
                          help="Random seed of every solve.")

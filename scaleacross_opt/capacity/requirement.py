@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..catalog import coefficients as co
 from ..errors import InputError, InputIssue
 from ..spec import Instance
 from ..spec import bounds as B
@@ -74,6 +75,15 @@ def _kind(field_path: str, steps: list[Any], source: str) -> str:
                                                      "field (e.g. cluster.links[*].bandwidth_gbps)")])
 
 
+def _effective(value: float | None, field: str) -> float:
+    """A field's value as the model reads it: an unset building fabric latency is the catalog's default."""
+    if value is None and field == "fabric_latency_us":
+        return co.DEFAULT_FABRIC_LATENCY_US
+    if value is None:
+        raise ValueError(f"{field} is not set")
+    return value
+
+
 def ideal_updates(field_path: str, steps: list[Any]) -> dict[str, float]:
     """Updates giving ideal links where ``field_path`` points: bandwidth at the schema's maximum and latency at its
     minimum (for a link field, both of the link's; a building's fabric latency alone otherwise)."""
@@ -98,7 +108,7 @@ def requirement(instance: Instance, field_path: str, *, within: float = 0.05, ti
     try:
         steps = parse_path(field_path)
         document = instance.model_dump(mode="json")
-        current = [get(document, concrete) for concrete in expand(document, steps)]
+        current = [_effective(get(document, concrete), steps[-1]) for concrete in expand(document, steps)]
     except ValueError as err:
         raise InputError([InputIssue(source, field_path, str(err))]) from None
     bandwidth = _kind(field_path, steps, source) == "bandwidth"

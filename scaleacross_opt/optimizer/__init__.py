@@ -13,6 +13,7 @@ from ..cost.report import StepReport
 from ..errors import InfeasibleError, NoPlanInTimeError
 from ..simulator.paced import Paced
 from ..spec import Instance, Plan
+from ..spec.bounds import check_time_limit
 from ..validation.plan_checks import validate_plan
 from .coefficients import build_coefficients, prune_space
 from .cpsat.build import build_model
@@ -52,6 +53,7 @@ def solve(instance: Instance, *, time_limit_s: float = 60.0, seed: int = 0, top_
     from ..baselines import start_plans as cheap_baseline_plans
     from ..cost.step import estimate
 
+    check_time_limit(time_limit_s)
     deadline = time.perf_counter() + time_limit_s
     shortfall = memory_shortfall(instance)
     if shortfall:

@@ -56,7 +56,8 @@ def summary_text(instance: Instance, result: SolveResult) -> str:
         f"({stats.simulations_reused} of them twins of a simulated workload) in "
         f"{_count(stats.rounds, 'round')}, {stats.wall_s:.1f} s (CP-SAT {stats.cpsat_wall_s:.1f} s, simulation "
         f"{stats.simulate_wall_s:.1f} s, screening {_count(stats.screened, 'plan')} {stats.screen_wall_s:.1f} s); "
-        f"proven: no plan beats {stats.lower_bound_s:.4f} s (gap {stats.gap * 100:.2f} %)",
+        + (f"proven: no plan beats {stats.lower_bound_s:.4f} s (gap {stats.gap * 100:.2f} %)" if stats.lower_bound_s > 0
+           else "no bound proven yet"),
     ]
     return "\n".join(lines)
 

@@ -56,6 +56,7 @@ MAX_VIRTUAL_STAGES = MAX_LAYERS  # each model chunk holds at least one layer
 MAX_BUILDING_GROUP = MAX_GPUS  # pipeline-group index in a pp+dp placement
 MAX_BUCKET_PARAMS = 1 << 40  # 1.1T parameters per gradient bucket: a whole 1T-parameter model in one bucket
 MAX_BUCKET_FACTOR = 1 << 20  # 2^20 × the 40M default: beyond MAX_BUCKET_PARAMS
+MAX_TIME_LIMIT_S = 1e6  # 11.6 days per solve or search: every timer and deadline stays finite
 MAX_QPS = 256  # queue pairs per connection (RDMA NICs offer a few hundred per flow set)
 MAX_WINDOW_KIB = 1 << 20  # 1 GiB outstanding per QP: > bandwidth × RTT of 1 Tb/s over 8 ms
 
@@ -112,3 +113,9 @@ WHY: dict[str, str] = {
     "zero_stage": "ZeRO stages are 0..3",
     "loss_rate": "a probability below 1",
 }
+
+
+def check_time_limit(time_limit_s: float) -> None:
+    """ValueError unless ``time_limit_s`` is a number of seconds in (0, MAX_TIME_LIMIT_S] (not nan or inf)."""
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"time_limit_s must be a number of seconds in (0, {MAX_TIME_LIMIT_S:g}], got {time_limit_s!r}")
