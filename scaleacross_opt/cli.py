@@ -218,6 +218,7 @@ def validate(files: tuple[Path, ...], instance_path: Path | None) -> None:
 
 @main.command(name="list")
 @click.argument("kind", type=click.Choice(["gpus", "models", "schedules"]))
+@handle_errors
 def list_catalog(kind: str) -> None:
     """List the catalog GPUs, the shipped models or the registered pipeline schedules."""
     if kind == "gpus":
@@ -244,6 +245,7 @@ def list_catalog(kind: str) -> None:
 
 @main.command()
 @click.argument("kind", type=click.Choice(["instance", "plan", "model"]))
+@handle_errors
 def schema(kind: str) -> None:
     """Print the JSON Schema of an instance, plan or model file."""
     from .schema_export import json_schema

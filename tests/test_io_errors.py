@@ -229,3 +229,17 @@ def test_bad_instance_behind_a_plan(run_cli, tmp_path: Path) -> None:
     plan_path = write(tmp_path / "plan.json", plan())
     result = run_cli(["validate", "--instance", instance_path, plan_path])
     assert_clean_failure(result, instance_path, "cluster.links[0].latency_us", exact=True)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["list", "gpus"], ["list", "schedules"], ["schema", "plan"]])
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback(args: list[str]) -> None:
+    """stdout on a full device: exit 1 and 'cannot write output', like validate and estimate."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "scaleacross_opt", *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert done.returncode == 1
+    assert "cannot write output" in done.stderr and "Traceback" not in done.stderr
