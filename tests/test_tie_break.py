@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
+import pytest
 from ortools.sat.python import cp_model
 
 from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
 from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.degrees import schedule_runs
 from scaleacross_opt.optimizer.cpsat.extract import identity_vars, plan_of
-from scaleacross_opt.optimizer.cpsat.objective import HORIZON_US
-from scaleacross_opt.optimizer.cpsat.tie_break import IDLE_UNITS
-from scaleacross_opt.optimizer.refine import _Search, _solver
+from scaleacross_opt.optimizer.cpsat.tie_break import IDLE_UNITS, RANK, ranked_objective, step_bound_us
+from scaleacross_opt.optimizer.refine import _solver
 from scaleacross_opt.optimizer.space import Shape, design_space
 from scaleacross_opt.schedules import get_schedule
 from scaleacross_opt.spec import CrossBuilding, Recompute
@@ -41,32 +39,57 @@ def test_the_tie_is_the_runs_order_idle(load_shipped_instance) -> None:
         if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue  # the run fits no plan here (memory, GPU counts)
         expected = round(IDLE_UNITS * get_schedule(name).order_idle_fraction(pp, v, m)) if pp > 1 else 0
-        assert solver.Value(tie) == expected, (name, v, pp, m)
+        assert solver.Value(tie) == min(RANK - 1, expected), (name, v, pp, m)
 
 
-def test_least_idle_leads_a_round_with_dualpipe_and_restores_the_model(load_shipped_instance) -> None:
-    """Campus 405B, tp2 cp8 pp32 dp32 with DP across: ZB-V and DualPipe have the same step bound (4.6716 s) and
-    simulate 5.11 s and 4.93 s. From a round that found only the ZB-V plan, ``least_idle`` puts a DualPipe plan
-    of that step first (its order idles (p − 1)·T at p = 32, the greedy ZB-V order 39·T), and leaves the
-    model's objective (the step) and cuts as they were."""
+def test_ranking_keeps_the_step_optimum_and_its_bound(load_shipped_instance) -> None:
+    """Ranking ties changes which plan of the best step the solve returns, not the step: the ranked optimum's
+    step is the step-only optimum, and ⌊its objective / RANK⌋ (what the search reads as the bound) is that step."""
+    pv = _model(load_shipped_instance("small-two-buildings-llama3-8b"))
+    step = pv.terms["step"]
+    solver = _solver(seed=0, workers=2, time_s=60)
+    assert solver.Solve(pv.model) == cp_model.OPTIMAL
+    best_step = solver.Value(step)
+    ranked = pv.model.clone()
+    ranked.Minimize(ranked_objective(pv))
+    solver = _solver(seed=0, workers=2, time_s=60)
+    assert solver.Solve(ranked) == cp_model.OPTIMAL
+    assert solver.Value(step) == best_step == step_bound_us(solver.ObjectiveValue())
+    assert step_bound_us(solver.BestObjectiveBound()) == best_step
+    # the tie is the least of any plan at that step
+    least = pv.model.clone()
+    least.Add(least.get_int_var_from_proto_index(step.Index()) == best_step)
+    least.Minimize(least.get_int_var_from_proto_index(pv.terms["tie_break"].Index()))
+    lowest = _solver(seed=0, workers=2, time_s=60)
+    assert lowest.Solve(least) == cp_model.OPTIMAL
+    assert solver.Value(pv.terms["tie_break"]) == lowest.ObjectiveValue()
+
+
+@pytest.mark.parametrize("cross", [CrossBuilding.DP])
+def test_equal_bounds_rank_dualpipe_above_the_greedy_zb_v(load_shipped_instance, cross: CrossBuilding) -> None:
+    """Campus 405B, tp2 cp8 pp32 dp32 with DP across: ZB-V and DualPipe have the same step bound (4.6716 s), and
+    simulate 5.11 s and 4.93 s; the ranked objective picks DualPipe, whose order idles (p − 1)·T at p = 32 where
+    the greedy ZB-V order idles 39·T."""
     pv = _model(load_shipped_instance("two-buildings-campus-llama3-405b"))
-    model = pv.model
-    for lit in (pv.shape.lit(Shape(2, 8, 1, 1, Recompute.NONE)), pv.pp.lit(32), pv.dp.lit(32),
-                pv.mode.lit(CrossBuilding.DP)):
-        _fix(model, lit)
-    model.AddBoolOr([pv.schedule_chunks.lit((name, 2)) for name in ("zb-v", "dualpipe")])
-    steps, found = {}, {}
+    base = pv.model.clone()
+    _fix(base, pv.shape.lit(Shape(2, 8, 1, 1, Recompute.NONE)))
+    _fix(base, pv.pp.lit(32))
+    _fix(base, pv.dp.lit(32))
+    _fix(base, pv.mode.lit(cross))
+    steps = {}
     for name in ("zb-v", "dualpipe"):
-        only = model.clone()
-        _fix(only, pv.schedule_chunks.lit((name, 2)))
+        model = base.clone()
+        _fix(model, pv.schedule_chunks.lit((name, 2)))
         solver = _solver(seed=0, workers=2, time_s=60)
-        assert solver.Solve(only) == cp_model.OPTIMAL
+        assert solver.Solve(model) == cp_model.OPTIMAL
         steps[name] = solver.Value(pv.terms["step"])
-        found[name] = {var.Index(): solver.Value(var) for var in identity_vars(pv)}
     assert steps["zb-v"] == steps["dualpipe"]
-    objective = list(model.Proto().objective.vars)
-    search = _Search(pv, lambda *_: None, time.perf_counter() + 60, 0, 2, None)
-    led = search.least_idle([found["zb-v"]], steps["zb-v"], 10.0, 8)
-    assert [plan_of(pv, assignment).schedule for assignment in led] == ["dualpipe", "zb-v"]
-    assert list(model.Proto().objective.vars) == objective
-    assert model.Proto().constraints[search.tie_cutoff].linear.domain[1] == HORIZON_US
+    both = base.clone()
+    both.AddBoolOr([both.get_int_var_from_proto_index(pv.schedule_chunks.lit((name, 2)).Index())
+                    for name in ("zb-v", "dualpipe")])
+    both.Minimize(ranked_objective(pv))
+    solver = _solver(seed=0, workers=2, time_s=60)
+    assert solver.Solve(both) == cp_model.OPTIMAL
+    plan = plan_of(pv, {var.Index(): solver.Value(var) for var in identity_vars(pv)})
+    assert plan.schedule == "dualpipe"
+    assert solver.Value(pv.terms["step"]) == steps["dualpipe"]

@@ -3,14 +3,13 @@
 Start plans (every cheap baseline) are simulated first and cut off, and local search (step 5) climbs
 from the best of them for up to a quarter of the time. Then each round:
 1. *Bound*: solve the model (parallel portfolio) for a share of the time left, longer when it has found only the
-   hint's neighbours (``_Improving``). Its optimum V is a lower bound on the step of every
+   hint's neighbours (``_Improving``). It minimises the step and, among plans of equal step, the idle time of
+   the schedule's own order (``cpsat.tie_break``); its optimum's step V is a lower bound on the step of every
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
    is no better than the best simulated plan, that plan is optimal for the simulator.
 3. *Candidates*: the ``top_k`` best distinct plans among the solve's improving solutions (its optimum
-   first), after the plan of the best step whose schedule's order idles least, where a short second solve
-   finds one the round did not (``least_idle``, ``cpsat.tie_break``). When the search converges the answer does
-   not depend on which ties a round met first.
+   first). When the search converges the answer does not depend on which ties a round met first.
 4. *Feed back*: every candidate is checked by the independent validator and simulated (once per
    plan), its exact bound is computed (its decisions fixed), and it is cut off in the model with a
    no-good, so the next round's V bounds only unexamined plans.
@@ -50,6 +49,7 @@ from ..validation.plan_checks import validate_plan
 from .cpsat.crossings import CrossingCuts
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
 from .cpsat.objective import HORIZON_US
+from .cpsat.tie_break import ranked_objective, step_bound_us
 from .cpsat.variables import PlanVars
 from .local_search import Candidate, climb, kick
 from .result import SolveStats
@@ -188,10 +188,11 @@ def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[
 
 def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None,
                   base: cp_model.CpModel | None = None) -> int | None:
-    """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised (None when the
+    """The CP-SAT step bound of one plan: its identity variables fixed, the step minimised (None when the
     model does not admit the plan). ``base``: the model to fix them in (default ``pv.model``, with the
     search's cuts so far)."""
     model = (base or pv.model).clone()
+    model.Minimize(model.get_int_var_from_proto_index(pv.terms["step"].Index()))  # the step alone, not its rank
     for index, value in assignment.items():
         var = model.get_int_var_from_proto_index(index)
         model.Add(var == value)
@@ -205,10 +206,6 @@ def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline:
     return int(solver.ObjectiveValue()) if status == cp_model.OPTIMAL else int(solver.BestObjectiveBound())
 
 
-# The solve that finds a round's least-idle plan of its best step (``_Search.least_idle``): a share of the round's
-TIE_SOLVE_SHARE = 0.1
-TIE_SOLVE_MIN_S = 0.2
-TIE_SOLVE_MAX_S = 1.0
 POLISH_MIN_S = 0.5  # the local-search phase after a round lasts at least this long (if time is left)
 # Before the first round, one climb from the best start plan gets at most this share of the time: the first
 # round's presolve can take seconds on large models, and its incumbent cut and hint are better for it. The
@@ -239,7 +236,7 @@ class _Search:
         self.unpolished: list[Candidate] = []
         self.rng = random.Random(seed)
         self.uncut = pv.model.clone()  # before any no-good or incumbent cut: bounds of plans already cut off
-        self.tie_cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()  # step ≤ a round's best (``least_idle``)
+        pv.model.Minimize(ranked_objective(pv))  # the step, ties ranked by the schedule's idle (``tie_break``)
         self.cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()
         self.crossing_cuts = CrossingCuts(pv)
 
@@ -439,8 +436,8 @@ class _Search:
                 stats.cpsat_wall_s += time.perf_counter() - t0
                 stats.status = "time_limit"
                 return
-            optimum_us = int(solver.ObjectiveValue())
-            bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
+            bound_s = step_bound_us(solver.ObjectiveValue() if status == cp_model.OPTIMAL
+                                    else solver.BestObjectiveBound()) * US
             correction = 1 + max(0.0, stats.bound_error)
             stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
             if self.best is not None and bound_s / correction >= self.best.report.step_time_s * (1 - 1e-9):
@@ -448,37 +445,8 @@ class _Search:
                 self.converged(f"bound {bound_s:.4f} s cannot beat the best plan")
                 return
             cpsat_before = stats.cpsat_wall_s
-            found = _best_distinct(recorder.found, top_k)
-            self._simulate_round(self.least_idle(found, optimum_us, share, top_k), t0)
+            self._simulate_round(_best_distinct(recorder.found, top_k), t0)
             self.polish(time.perf_counter() + max(POLISH_MIN_S, stats.cpsat_wall_s - cpsat_before))
-
-    def least_idle(self, found: list[dict[int, int]], step_us: int, share_s: float, top_k: int
-                   ) -> list[dict[int, int]]:
-        """``found`` (a round's candidates, best first, the first of step ``step_us``) led by the plan of step at
-        most ``step_us`` whose schedule's op order idles least (``cpsat.tie_break``), as a short solve from the
-        first candidate finds it (``TIE_SOLVE_SHARE`` of the round's share, at most ``TIE_SOLVE_MAX_S``); unchanged
-        when that solve finds nothing idling less. The model's objective and cuts are restored after."""
-        pv = self.pv
-        if not found or self.deadline - time.perf_counter() < 2 * TIE_SOLVE_MIN_S:
-            return found
-        constraint = pv.model.Proto().constraints[self.tie_cutoff].linear
-        constraint.domain[1] = step_us
-        pv.model.Minimize(pv.terms["tie_break"])
-        pv.model.ClearHints()
-        for index, value in sorted(found[0].items()):
-            pv.model.AddHint(pv.model.get_int_var_from_proto_index(index), value)
-        solver = _solver(self.seed, self.threads, min(TIE_SOLVE_MAX_S, max(TIE_SOLVE_MIN_S, TIE_SOLVE_SHARE * share_s)))
-        try:
-            status = solver.Solve(pv.model)
-        finally:
-            constraint.domain[1] = HORIZON_US
-            pv.model.Minimize(pv.terms["step"])
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return found
-        least = {var.Index(): int(solver.Value(var)) for var in identity_vars(pv)}
-        if least in found:
-            return found
-        return [least, *found[:top_k - 1]]
 
     def _simulate_round(self, found: list[dict[int, int]], t0: float) -> None:
         """Validate, bound and simulate a round's candidates (its CP-SAT time ends once their bounds are known)."""

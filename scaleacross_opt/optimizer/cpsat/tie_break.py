@@ -6,12 +6,10 @@ dp32 with DP across are both bounded at 4.6716 s and simulate 5.11 s and 4.93 s;
 ZB-V order idles 39·T with unit op times where DualPipe's idles 31·T. A round that met only the ZB-V
 family proposed only its plans.
 
-``tie`` is ``PipelineSchedule.order_idle_fraction`` of the plan's schedule, v, pp and m in 1/1000. After a
-round's solve, a short second solve (``refine._Search.least_idle``) minimises it among the plans of the
-round's best step and puts the plan it finds first among the round's candidates. Minimising step and tie in
-one objective (1024·step + tie) did the same but made the proofs slower: the solve must exhaust the plans of
-the optimal step before it can close the tie (36th session, 30 s: hetero 405B's proven gap 3–4 % → 20–22 %
-and its answer 6.53 → 6.60–6.75 s; five buildings' rounds 13.6 s instead of 5–11 s).
+The search therefore minimises RANK·step + tie with 0 ≤ tie < RANK: the step first, then, among plans
+with the same step, the one whose schedule's unit-time order idles least. ``tie`` is
+``PipelineSchedule.order_idle_fraction`` in 1/1000, capped at RANK − 1. A bound B of that objective
+bounds the step by ⌊B / RANK⌋, since step ≥ (B − tie) / RANK > B / RANK − 1 and the step is an integer.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from ...schedules import get_schedule
 from .degrees import schedule_runs
 from .variables import PlanVars
 
+RANK = 1024  # the step's weight: larger than any tie
 IDLE_UNITS = 1000  # tie = idle fraction × IDLE_UNITS
 
 
@@ -32,8 +31,18 @@ def add_tie_break(pv: PlanVars) -> cp_model.IntVar:
     rows = []
     for index, name, v, pp, m in schedule_runs(pv):
         fraction = get_schedule(name).order_idle_fraction(pp, v, m) if pp > 1 else 0.0
-        rows.append((index, pp, m, round(IDLE_UNITS * fraction)))
+        rows.append((index, pp, m, min(RANK - 1, round(IDLE_UNITS * fraction))))
     tie = model.NewIntVar(0, max((row[3] for row in rows), default=0), "schedule_order_idle_tie")
     if rows and tie.domain.max() > 0:
         model.AddAllowedAssignments([pv.schedule_index, pv.pp_var, pv.microbatches, tie], rows)
     return tie
+
+
+def ranked_objective(pv: PlanVars) -> cp_model.LinearExpr:
+    """RANK·step + tie: the search's objective (``refine``)."""
+    return RANK * pv.terms["step"] + pv.terms["tie_break"]
+
+
+def step_bound_us(objective_bound: float) -> int:
+    """The step bound (µs) a bound of ``ranked_objective`` gives: ⌊B / RANK⌋."""
+    return int(objective_bound // RANK)
