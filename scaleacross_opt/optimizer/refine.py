@@ -3,8 +3,7 @@
 Start plans (every cheap baseline) are simulated first and cut off, and local search (step 5) climbs
 from the best of them for up to a quarter of the time. Then each round:
 1. *Bound*: solve the model (parallel portfolio) for a share of the time left, longer when it has found only the
-   hint's neighbours (``_Improving``). It minimises the step and, among plans of equal step, the idle time of
-   the schedule's own order (``cpsat.tie_break``); its optimum's step V is a lower bound on the step of every
+   hint's neighbours (``_Improving``). Its optimum V is a lower bound on the step of every
    plan not yet examined (exactly so where the linearisation is a true relaxation).
 2. *Stop?* If V, corrected by the largest overestimate the bound has shown so far (``bound_error``),
    is no better than the best simulated plan, that plan is optimal for the simulator.
@@ -49,7 +48,6 @@ from ..validation.plan_checks import validate_plan
 from .cpsat.crossings import CrossingCuts
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
 from .cpsat.objective import HORIZON_US
-from .cpsat.tie_break import ranked_objective, step_bound_us
 from .cpsat.variables import PlanVars
 from .local_search import Candidate, climb, kick
 from .result import SolveStats
@@ -188,11 +186,10 @@ def _best_distinct(found: list[tuple[int, dict[int, int]]], top_k: int) -> list[
 
 def plan_bound_us(pv: PlanVars, assignment: dict[int, int], seed: int, deadline: float | None = None,
                   base: cp_model.CpModel | None = None) -> int | None:
-    """The CP-SAT step bound of one plan: its identity variables fixed, the step minimised (None when the
+    """The CP-SAT objective of one plan: its identity variables fixed, the rest minimised (None when the
     model does not admit the plan). ``base``: the model to fix them in (default ``pv.model``, with the
     search's cuts so far)."""
     model = (base or pv.model).clone()
-    model.Minimize(model.get_int_var_from_proto_index(pv.terms["step"].Index()))  # the step alone, not its rank
     for index, value in assignment.items():
         var = model.get_int_var_from_proto_index(index)
         model.Add(var == value)
@@ -236,7 +233,6 @@ class _Search:
         self.unpolished: list[Candidate] = []
         self.rng = random.Random(seed)
         self.uncut = pv.model.clone()  # before any no-good or incumbent cut: bounds of plans already cut off
-        pv.model.Minimize(ranked_objective(pv))  # the step, ties ranked by the schedule's idle (``tie_break``)
         self.cutoff = pv.model.Add(pv.terms["step"] <= HORIZON_US).Index()
         self.crossing_cuts = CrossingCuts(pv)
 
@@ -436,8 +432,8 @@ class _Search:
                 stats.cpsat_wall_s += time.perf_counter() - t0
                 stats.status = "time_limit"
                 return
-            bound_s = step_bound_us(solver.ObjectiveValue() if status == cp_model.OPTIMAL
-                                    else solver.BestObjectiveBound()) * US
+            optimum_us = int(solver.ObjectiveValue())
+            bound_s = (optimum_us if status == cp_model.OPTIMAL else solver.BestObjectiveBound()) * US
             correction = 1 + max(0.0, stats.bound_error)
             stats.lower_bound_s = max(stats.lower_bound_s, bound_s / correction)  # later rounds bound fewer plans
             if self.best is not None and bound_s / correction >= self.best.report.step_time_s * (1 - 1e-9):

@@ -137,12 +137,6 @@ class PipelineSchedule(ABC):
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Idle time ÷ ideal compute time with uniform stages and free communication (closed form)."""
 
-    def order_idle_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """What the schedule's own op order idles ÷ its ideal compute time, with uniform stages, T_F = T_B
-        (= T_W where the backward is split) and free communication: ``bubble_fraction`` where that closed form
-        is exact (every fixed order; tests), the order's own where it is not (ZB-V's greedy order)."""
-        return self.bubble_fraction(pp, virtual_stages, num_microbatches)
-
 
 @functools.lru_cache(maxsize=4096)
 def _turn_forwards(schedule: PipelineSchedule, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:

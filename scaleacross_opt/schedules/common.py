@@ -74,11 +74,9 @@ UNIT_OP_TIMES = (1, 1, 1)  # relative F, B, W durations when a schedule assumes 
 def greedy_list_order(
     pp: int, num_microbatches: int, positions: Sequence[Sequence[int]], priority: Sequence[tuple[OpKind, int]],
     max_held: int, op_times: tuple[int, int, int] = UNIT_OP_TIMES,
-) -> tuple[list[list[Op]], int]:
+) -> list[list[Op]]:
     """Op orders from greedy list scheduling with integer op durations ``op_times`` (F, B, W; the same
-    for every stage and chunk) and free transfers, and their makespan at those durations (the list schedule
-    starts each op as soon as its stage is free and its input is ready, as running the orders would).
-    Backward is split.
+    for every stage and chunk) and free transfers. Backward is split.
 
     ``positions[c][s]`` is the layer position of chunk c on stage s. Whenever a stage is idle it runs the
     first (kind, chunk) of ``priority`` whose next micro-batch (in order) has its inputs ready, running
@@ -136,4 +134,4 @@ def greedy_list_order(
         capped = not stalled
         if not stalled:
             t = min((end for end in busy_until if end > t), default=t + 1)
-    return orders, max(busy_until)
+    return orders

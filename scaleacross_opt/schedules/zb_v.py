@@ -11,10 +11,9 @@ faster of the two, as the paper's schedule search picks from profiled times. Req
 
 Bubble: the last stage cannot start before (p−1)·T_F, so with T_F = T_B = T_W per chunk the makespan
 is at least (6m + p − 1)·T and the bubble fraction at least (p−1)/(6m) (the paper rounds this to
-"zero bubble"); ``bubble_fraction`` returns that bound. The greedy order attains it for p ≤ 8 and for
-m = p; for larger p it idles longer, by a count that settles as m grows (4·T at p = 16, 8·T at p = 32,
-18·T at p = 64), a known gap of this simplification versus the paper's handcrafted order.
-``order_idle_fraction`` returns the greedy order's own idle time.
+"zero bubble"); ``bubble_fraction`` returns that bound. The greedy order attains it for p ≤ 4; for
+larger p it is a few T longer (measured: ≤ 4·T up to p = 16, i.e. ≤ p/(6m) extra), a known gap of
+this simplification versus the paper's handcrafted order.
 """
 
 from __future__ import annotations
@@ -40,20 +39,9 @@ def _v_order(pp: int, num_microbatches: int, op_times: tuple[int, int, int]) -> 
 
 def _build_v_order(pp: int, num_microbatches: int, op_times: tuple[int, int, int]) -> list[list[Op]]:
     """Greedy list order under the 2p chunk-activation limit with priority B0 > B1 > F1 > F0 > W."""
-    return _greedy_v(pp, num_microbatches, op_times)[0]
-
-
-def _greedy_v(pp: int, num_microbatches: int, op_times: tuple[int, int, int]) -> tuple[list[list[Op]], int]:
-    """The greedy V order and its makespan at ``op_times``."""
     positions = [[v_shape_position(pp, c, s) for s in range(pp)] for c in range(2)]
     priority = [(OpKind.B, 0), (OpKind.B, 1), (OpKind.F, 1), (OpKind.F, 0), (OpKind.W, 0)]
     return greedy_list_order(pp, num_microbatches, positions, priority, 2 * pp, op_times)
-
-
-@functools.lru_cache(maxsize=256)
-def _unit_idle(pp: int, num_microbatches: int) -> int:
-    """Idle time (in T) of the unit-time greedy order: its makespan less one stage's work, 6m."""
-    return _greedy_v(pp, num_microbatches, UNIT_OP_TIMES)[1] - 6 * num_microbatches
 
 
 @register
@@ -105,11 +93,5 @@ class ZeroBubbleV(PipelineSchedule):
         return float(pp)
 
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; the greedy order's for p ≤ 8)."""
+        """(p−1)/(6m) with T_F = T_B = T_W (the lower bound; exact for p ≤ 4)."""
         return (pp - 1) / (6 * num_microbatches)
-
-    def order_idle_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
-        """The unit-time greedy order's idle ÷ 6m, m > 3p reusing the idle time of the m = 3p order (building
-        the order takes ~0.3 s at p = 32, m = 96). Up to m = 10p for every p ≤ 32 that idle time stays put after
-        m ≈ 2.6p, or moves by 2·T at most (p = 6, 18)."""
-        return _unit_idle(pp, min(num_microbatches, 3 * pp)) / (6 * num_microbatches)

@@ -13,13 +13,11 @@ from .extract import fix_irrelevant_choices
 from .memory import add_memory_constraints
 from .objective import add_objective
 from .placement import add_placement_constraints
-from .tie_break import add_tie_break
 from .variables import PlanVars, create_variables
 
 
 def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) -> PlanVars:
-    """The full model: variables, degree/placement/memory constraints and the step-time objective (the search
-    ranks ties of it by ``tie_break``, whose variable ``pv.terms["tie_break"]`` holds)."""
+    """The full model: variables, degree/placement/memory constraints and the step-time objective."""
     model = cp_model.CpModel()
     pv = create_variables(model, instance, space)
     pv.cross_hop_us = crossing_latencies_us(coeffs)
@@ -28,7 +26,6 @@ def build_model(instance: Instance, space: DesignSpace, coeffs: Coefficients) ->
     add_memory_constraints(pv, coeffs, in_flight, products["stage_layers"], products["timed_layers"],
                            products["moe_only_stage"], products["v_shape"][0])
     step = add_objective(pv, coeffs, products)
-    pv.terms["tie_break"] = add_tie_break(pv)
     fix_irrelevant_choices(pv)
     model.Minimize(step)
     return pv
