@@ -5,15 +5,19 @@ forward goes down the stages and back up (the turn-around at stage p−1 needs n
 the first and last layers share stage 0. Backward is split into B and W. The op order is a greedy
 list schedule (free transfers) with priority B(chunk 0) > B(chunk 1) > F(chunk 1) > F(chunk 0) > W
 and at most 2p chunk activations held per stage (F to W) — p micro-batches through the whole stage,
-the same as 1F1B. With unit times (T_F = T_B = T_W) it reproduces the paper's handcrafted ZB-V shape;
+the same as 1F1B. With unit times (T_F = T_B = T_W) it reproduces the paper's handcrafted ZB-V shape at p ≤ 4;
 the simulator also computes it for the plan's own F:B:W ratio (``timed_stage_ops``) and runs the
 faster of the two, as the paper's schedule search picks from profiled times. Requires m ≥ p.
 
-Bubble: the last stage cannot start before (p−1)·T_F, so with T_F = T_B = T_W per chunk the makespan
-is at least (6m + p − 1)·T and the bubble fraction at least (p−1)/(6m) (the paper rounds this to
-"zero bubble"); ``bubble_fraction`` returns that bound. The greedy order attains it for p ≤ 4; for
-larger p it is a few T longer (measured: ≤ 4·T up to p = 16, i.e. ≤ p/(6m) extra), a known gap of
-this simplification versus the paper's handcrafted order.
+Bubble: the last stage cannot start before (p−1)·T_F, so with T_F = T_B = T_W per chunk the makespan is
+at least (6m + p − 1)·T and the bubble fraction at least (p−1)/(6m) (the paper rounds this to "zero
+bubble"); ``bubble_fraction`` returns that bound. The greedy order attains it for p ≤ 4; for larger p it
+is longer, by an extra idle time that, once m ≥ 3p, stays within 2·T of 4·T at p = 16, 8·T at p = 32 and
+18·T at p = 64 (i.e. ≤ p/(6m) extra; measured for every p ≤ 32 up to m = 10p, and at p = 64), a known
+gap of this simplification versus the paper's handcrafted order. It is one reason ZB-V plans at p ≥ 16
+idle more than DualPipe's V at the same degrees, whose order idles exactly (p − 1)·T with unit op times
+(campus 405B, tp2 cp8 pp32 dp32 with DP across, simulated: bubble 0.62 s against 0.42 s, step 5.11 s
+against 4.93 s).
 """
 
 from __future__ import annotations
