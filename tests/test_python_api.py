@@ -6,6 +6,8 @@ import inspect
 import json
 from pathlib import Path
 
+import pytest
+
 import scaleacross_opt
 from scaleacross_opt.io import load_instance
 from scaleacross_opt.plan_defaults import fill_defaults
@@ -30,3 +32,14 @@ def test_simulate_writes_a_trace_to_a_string_path(tmp_path: Path) -> None:
     assert trace["traceEvents"]
     assert trace["metadata"]["step_time_s"] == report.step_time_s
     assert trace["metadata"]["plan"]["tp"] == 8 and trace["metadata"]["instance"] == instance.name
+
+
+@pytest.mark.parametrize("limit", [float("inf"), float("nan"), 0.0, 2e6])
+def test_a_time_limit_must_be_finite_and_bounded(run_cli, small: Path, limit: float) -> None:
+    """An infinite limit broke solve's timers and its JSON (``wall_s: NaN``): the API and the CLI refuse it."""
+    instance = load_instance(small)
+    with pytest.raises(ValueError, match="time_limit_s"):
+        scaleacross_opt.solve(instance, time_limit_s=limit)
+    with pytest.raises(ValueError, match="time_limit_s"):
+        scaleacross_opt.compare(instance, methods=["random"], time_limit_s=limit)
+    assert run_cli(["solve", small, "--time-limit", str(limit)]).exit_code == 2

@@ -79,3 +79,13 @@ def test_bad_fields_are_input_errors(run_cli, small: Path, field: str, words: st
 def test_bad_margins_are_usage_errors(run_cli, small: Path, within: str) -> None:
     result = run_cli(["requirement", small, "--field", "cluster.links[*].bandwidth_gbps", "--within", within])
     assert result.exit_code == 2 and "--within" in result.stderr
+
+
+def test_an_unset_fabric_latency_starts_from_the_catalog_default() -> None:
+    """The shipped small instance leaves ``fabric_latency_us`` unset: the search starts where the model reads it."""
+    from scaleacross_opt.catalog import coefficients as co
+
+    field = "cluster.buildings[*].fabric_latency_us"
+    assert all(b.fabric_latency_us is None for b in load_instance(SMALL).cluster.buildings)
+    answer = requirement(load_instance(SMALL), field, within=0.05, time_limit_s=2, precision=1.0)
+    assert answer.curve[0].value == co.DEFAULT_FABRIC_LATENCY_US
