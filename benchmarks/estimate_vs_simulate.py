@@ -14,7 +14,9 @@ recompute) and varies one factor at a time:
   PP+DP (pairs of buildings pipeline, the pairs replicate) on four buildings;
 - network: the catalog default vs tuned cross-building settings (receiver-driven admission,
   selective repeat, 16 QPs, 64 MiB window; plus the hierarchical collective for DP across), each
-  knob clipped to what the instance's ``search`` section allows.
+  knob clipped to what the instance's ``search`` section allows;
+- ``RANDOM_PLANS`` plans drawn from the planner's own space (``optimizer.neighbourhood.random_plan``, seeded
+  by the instance's name), which vary several decisions at once (ZeRO-3 with EP or CP, …).
 
 Only plans that pass ``validate_plan`` (structure, search restrictions, memory) are kept. For each
 plan ``estimate`` and ``simulate`` run on the same workload (``build_workload``), so they differ only
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import random
 import statistics
 import sys
 import time
@@ -49,6 +52,9 @@ from scaleacross_opt.cost.report import BREAKDOWN_KEYS, StepReport
 from scaleacross_opt.cost.step import build_workload, estimate, exposed_dp_s
 from scaleacross_opt.cost.workload import LinkShare, StepWorkload
 from scaleacross_opt.io import load_instance
+from scaleacross_opt.optimizer.coefficients import prune_space
+from scaleacross_opt.optimizer.neighbourhood import random_plan
+from scaleacross_opt.optimizer.space import design_space
 from scaleacross_opt.plan_defaults import dp_across_placement, even_layers, fill_defaults
 from scaleacross_opt.schedules import get_schedule, schedule_names
 from scaleacross_opt.simulator import simulate, simulate_workload
@@ -76,6 +82,7 @@ SCHEDULE_VS = {
     "interleaved-1f1b": (2, 4), "zb-v": (2,), "dualpipe": (2,),
 }
 MAX_TRIES = 400  # candidate shapes validated per requested variant before giving up
+RANDOM_PLANS = 8  # plans per instance drawn at random from the planner's space (seeded by the instance's name)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,6 +425,11 @@ def select_plans(instance: Instance) -> list[Candidate]:
         for name, v in (("1f1b", 1), ("crosspipe-unidirectional", 1), ("interleaved-1f1b", 2)):
             sel.add(f"pp-across {name} v{v} tuned net", sel.nearest(
                 anchor, name, v, place=pp_across, network=tuned_network))
+    # decisions varied together (ZeRO-3 with EP or CP, …), which the one-at-a-time plans above never combine
+    space = prune_space(instance, design_space(instance))
+    rng = random.Random(instance.name)
+    for _ in range(RANDOM_PLANS):
+        sel.add("random", random_plan(instance, space, rng))
     return sel.plans
 
 

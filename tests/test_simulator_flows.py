@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scaleacross_opt.cost.flows import FlowNetwork, fair_rates, fair_speeds_small
 from scaleacross_opt.cost.step import build_workload, estimate
 from scaleacross_opt.cost.workload import OpFlow
 from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate, simulate_workload
-from scaleacross_opt.simulator.flows import FlowNetwork, fair_rates, fair_speeds_small
 from scaleacross_opt.simulator.synthetic import uniform_workload
 from scaleacross_opt.spec import Plan
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -72,6 +72,7 @@ from .compute import (
 from .layout import GroupSpan, ResolvedPlan, local_span, resolve
 from .memory import ParamCount, layer_params, layout_memory, stage_params
 from .network import EffectivePath, effective_path
+from .op_sharing import last_backward_loss, stretched_group
 from .report import BREAKDOWN_KEYS, StepReport
 from .workload import LinkShare, OpFlow, PipelineGroup, StepWorkload
 
@@ -1126,18 +1127,27 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     trip), each cross-building path's serialised transfers (``_link_bound_s``), each cross-building
     boundary's round trips through the op orders of its stages and the ends' (``_stage_relaxation_s``)), where H is one
     forward and one backward traversal of every stage boundary (latency + bytes/bandwidth).
+    Every op is first lengthened by what its own traffic classes lose to sharing the resources they cross
+    (``op_sharing.stretched_group``; charged to ``StepWorkload.sharing_key``, as the simulator charges it).
     Ignored (left to the simulator): transfers of different boundaries queueing on one path, overlap of
-    the p2p transfers with compute beyond what those bounds see, stragglers. The
-    breakdown's exposed TP/CP/EP are those of the slowest stage.
+    the p2p transfers with compute beyond what those bounds see, the sharing of one op's flows with other
+    ops', transfers and DP syncs, stragglers. The breakdown's exposed TP/CP/EP are those of the slowest stage.
     """
+    splits_backward = get_schedule(workload.schedule).splits_backward
+    stretched = [stretched_group(group, splits_backward) for group in workload.groups]
+    tails = [_last_backward_tail_s(workload, group) for group in workload.groups]
+    workload = replace(workload, groups=tuple(group for group, _ in stretched))
     best: tuple[float, dict[str, float]] | None = None
     gather = exposed_gather_s(workload)
-    for group in workload.groups:
+    for group, (_, loss), tail in zip(workload.groups, stretched, tails, strict=True):
         pipeline, parts = _group_time(workload, group)
         exposed_dp = exposed_dp_s(workload, group)
-        total = pipeline + exposed_dp + workload.optimizer_s + gather
+        total = pipeline + tail + exposed_dp + workload.optimizer_s + gather
         if best is None or total > best[0]:
-            best = (total, {**parts, "exposed_dp_s": exposed_dp + gather})
+            slowest = int(np.argmax((group.fwd_s + group.bwd_s).sum(axis=1)))  # the stage ``compute_s`` counts
+            stretch = workload.num_microbatches * float(loss[slowest])
+            best = (total, {**parts, "compute_s": parts["compute_s"] - stretch, "sharing_s": stretch + tail,
+                            "exposed_dp_s": exposed_dp + gather})
     assert best is not None
     total, parts = best
     comm = workload.exposed_comm_s
@@ -1151,12 +1161,27 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
         "exposed_dp_s": parts["exposed_dp_s"] + comm["dp"],
         "optimizer_s": workload.optimizer_s,
     }
+    breakdown[workload.sharing_key] += parts["sharing_s"]
     _, busy = workload.busiest_resource
     if busy > total:
         breakdown[workload.resource_excess_key] += busy - total
         total = busy
     assert tuple(breakdown) == BREAKDOWN_KEYS
     return total, breakdown
+
+
+def _last_backward_tail_s(workload: StepWorkload, group: PipelineGroup) -> float:
+    """How much later the pipeline ends because each chunk's gradient buckets share resources with the last
+    backward op that releases them (``op_sharing.last_backward_loss``). Where the backward is not split, the
+    last micro-batch's backward runs through every chunk's last backward op in turn at the pipeline's end: their
+    losses add up; where it is, the W ops are off that chain and only the first model position's, the
+    pipeline's last op, counts."""
+    loss = last_backward_loss(workload, group)
+    if not loss.any():
+        return 0.0
+    if not get_schedule(workload.schedule).splits_backward:
+        return float(loss.sum())
+    return float(loss[_positions(workload, group).chunks[0]])
 
 
 def peak_flops(instance: Instance, plan: Plan) -> float:

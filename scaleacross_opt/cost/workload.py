@@ -44,7 +44,7 @@ class OpFlow:
     """One traffic class's communication inside every F, B and W op of a pipeline group.
 
     ``seconds[k, s, c]``: per op of kind k (``OpKind``: F, B, W) of (stage s, chunk c), with the network
-    to itself; ``demand[s][c]``: the share of each resource it occupies while it runs (``simulator.flows``);
+    to itself; ``demand[s][c]``: the share of each resource it occupies while it runs (``cost.flows``);
     ``phase``: when it runs — ``inline``: first, the op's compute waits for it (the exposed EP all-to-all,
     part of the op's duration); ``op``: beside the whole op from its start (ZeRO-3 gathers, prefetched;
     never longer than the op); ``compute``: beside the compute that follows the inline flows (the CP
@@ -66,7 +66,7 @@ class PipelineGroup:
     Arrays have shape (pp, virtual_stages): seconds per micro-batch for stage s, chunk c, including
     the exposed part of TP/CP/EP communication and any recompute.
 
-    Shared resources (``simulator.flows``) are named ``link A->B`` (a cross-building link, one direction,
+    Shared resources (``cost.flows``) are named ``link A->B`` (a cross-building link, one direction,
     all replicas' traffic on it), ``NIC <group> stage <s> tx|rx`` and ``NVLink <group> stage <s> tx|rx`` (one
     GPU of that stage of this group, per direction). ``transfer_uses[(a, b)]``: resource-seconds (bytes ÷
     capacity) one pipeline transfer from stage a to stage b needs, all replicas of the group at once.
@@ -165,6 +165,14 @@ class StepWorkload:
             return "exposed_tp_s"
         return "exposed_dp_s" if bool(np.any(self.dp_shared)) or not any(
             a != b for a, b in self.links) else "exposed_pp_s"
+
+    @property
+    def sharing_key(self) -> str:
+        """Breakdown key charged with the time the traffic classes inside the ops lose to sharing resources
+        (``OpFlow``): DP with ZeRO-3's gathers, else EP with all-to-alls, else CP with rings, else PP."""
+        classes = {flow.name.removesuffix("-hidden") for group in self.groups for flow in group.op_flows}
+        return next((key for name, key in (("zero3", "exposed_dp_s"), ("ep", "exposed_ep_s"), ("cp", "exposed_cp_s"))
+                     if name in classes), "exposed_pp_s")
 
     def op_times(self) -> tuple[int, int, int]:
         """Mean F, B, W op durations in units of F/OP_TIME_STEPS (each ≥ 1)."""

@@ -59,10 +59,7 @@ def report_from_result(
         "exposed_dp_s": result.exposed_dp_s + result.exposed_gather_s + comm["dp"],
         "optimizer_s": result.optimizer_end_s - result.optimizer_start_s,
     }
-    classes = {flow.name.removesuffix("-hidden") for g in workload.groups for flow in g.op_flows}
-    sharing_key = next((key for name, key in (("zero3", "exposed_dp_s"), ("ep", "exposed_ep_s"), ("cp", "exposed_cp_s"))
-                        if name in classes), "exposed_pp_s")
-    breakdown[sharing_key] += result.sharing_s
+    breakdown[workload.sharing_key] += result.sharing_s
     breakdown[workload.resource_excess_key] += result.resource_excess_s
     step = result.step_time_s
     details: dict[str, object] = {

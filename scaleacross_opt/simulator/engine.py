@@ -14,7 +14,7 @@ whole group; inside a building each directed stage pair is its own — one NCCL 
 Megatron's p2p ops), is then serialised (bytes ÷ the replica's share of the path) and arrives one latency
 later.
 
-**Shared resources.** Every traffic class is a flow on the resources it crosses (``simulator.flows``): a
+**Shared resources.** Every traffic class is a flow on the resources it crosses (``cost.flows``): a
 GPU's NIC each way, its NVLink each way and each cross-building link each way, with capacity 1 and the
 resource-seconds the workload lists for it — pipeline transfers (``PipelineGroup.transfer_uses``), the
 traffic inside each forward and backward (``op_flows``: ZeRO-3 parameter gathers, the CP ring, the EP
@@ -66,13 +66,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cost.flows import FlowNetwork
 from ..cost.step import gather_windows
 from ..cost.workload import OpFlow, PipelineGroup, StepWorkload
 from ..errors import SimulationDeadlineError
 from ..schedules import get_schedule
 from ..schedules.base import OpKind
 from ..schedules.common import UNIT_OP_TIMES
-from .flows import FlowNetwork
 
 DEADLINE_CHECK_EVENTS = 4096  # an event loop reads the clock once per this many events (~10 ms of work)
 
@@ -376,7 +376,7 @@ def stream_jobs(workload: StepWorkload, ready: np.ndarray, chunk_s: np.ndarray,
     ``chunk_s[s, c]`` seconds alone and need ``uses[s][c]`` resource-seconds (the sync's or the gather's).
 
     Each stage serves its jobs one at a time in order of release (ties by job); a job in progress is a flow
-    (``chunk_shares``) sharing the resources max-min fairly (``simulator.flows``) with the other stages' jobs
+    (``chunk_shares``) sharing the resources max-min fairly (``cost.flows``) with the other stages' jobs
     in progress. When the stages' streams timed alone never ask a resource for more than its capacity at
     once, that timing is exact and the event loop is skipped.
     """
@@ -703,7 +703,7 @@ def _joint_timeline(graph: OpGraph, workload: StepWorkload, contended: set[str],
     communicator per peer, as in ``_event_loop``), then is a flow; it arrives one latency after its last
     byte left. A chunk's gradient bucket (``StepWorkload.dp_jobs``) is released ``ready_at`` into its
     chunk's last backward op in every group and runs on its stage's DP stream as a flow. Flows share every
-    resource they cross max-min fairly (``simulator.flows``), so PP transfers, EP all-to-alls, CP rings,
+    resource they cross max-min fairly (``cost.flows``), so PP transfers, EP all-to-alls, CP rings,
     ZeRO-3 gathers and DP syncs on one NIC or link slow each other.
     Only the ``contended`` resources (``_contended_resources``) are tracked: the others never bind.
     """

@@ -1,4 +1,5 @@
-"""Fair sharing of resources by concurrent flows (the simulator's network model).
+"""Fair sharing of resources by concurrent flows: the network model of the simulator, and of the closed form
+inside one op (``cost.op_sharing``).
 
 A flow is one transfer or collective in progress: alone (with every resource to itself) it would take
 ``alone_s`` seconds, and it needs ``uses[r]`` seconds of resource r's whole capacity (its bytes on r ÷
