@@ -442,8 +442,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     "sharing": (
         "classes sharing NICs and links in time",
         "the simulator shares each NIC and cross-building link among the flows in progress (pipeline "
-        "transfers, EP all-to-alls, ZeRO-3 gathers, DP syncs), so they slow each other; the closed form bounds "
-        "only each resource's total per step (estimate low).",
+        "transfers, EP all-to-alls, ZeRO-3 gathers, DP syncs), so they slow each other; the closed form shares "
+        "only the flows inside one op and a chunk's gradient buckets beside its last backward "
+        "(``cost.op_sharing``), and bounds the rest by each resource's total per step (estimate low).",
     ),
     "dp-bucket": (
         "DP sync overlap (bucketing)",
