@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scaleacross_opt.cost.op_sharing import _Queue, last_backward_loss, shared_op_s, stretched_group
+from scaleacross_opt.cost.op_sharing import BucketQueue, last_backward_loss, shared_op_s, stretched_group
 from scaleacross_opt.cost.step import build_workload, estimate, pipeline_time_closed_form
 from scaleacross_opt.cost.workload import OpFlow
 from scaleacross_opt.plan_defaults import fill_defaults
@@ -38,7 +38,7 @@ def test_gradient_buckets_slow_the_gathers_of_the_op_that_releases_them() -> Non
     0.5 and 1.0: a 1.25 s gather, half done at 0.5, shares X with bucket 1 until 1.0 (0.5 left), with bucket 2
     until 1.5 (0.25 left), and ends alone at 1.75."""
     flows = [("op", 1.0, ((X, 1.0),))]
-    queue = _Queue(((0.5, 0.25), (1.0, 0.25)), ((X, 1.0),))
+    queue = BucketQueue(((0.5, 0.25), (1.0, 0.25)), ((X, 1.0),))
     assert shared_op_s(1.0, flows, queue) == pytest.approx(1.5)
     assert shared_op_s(1.0, [("inline", 0.5, ((1, 1.0),)), ("op", 1.25, ((X, 1.0),))], queue) == pytest.approx(1.75)
 
@@ -79,13 +79,14 @@ def test_last_backward_loss_follows_the_simulator() -> None:
     pipeline do not credit what it ran beside the lengthened backwards). A sync on a resource no flow of the
     op crosses slows nothing."""
     workload = _op_flow_workload(sync_s=1.0, gather_s=1.4)
-    loss = last_backward_loss(workload, workload.groups[0])
+    group = workload.groups[0]
+    loss = last_backward_loss(workload, group, stretched_group(group, splits_backward=False)[0])
     assert loss.min() > 0
     assert simulate_workload(workload).pipeline_end_s - 12.0 == pytest.approx(loss.sum())
     est, sim = pipeline_time_closed_form(workload)[0], simulate_workload(workload).step_time_s
     assert est == pytest.approx(sim, rel=0.02)
     elsewhere = replace(workload, dp_sync_uses=(({"Y 0": 1.0},), ({"Y 1": 1.0},)))
-    assert not last_backward_loss(elsewhere, elsewhere.groups[0]).any()
+    assert not last_backward_loss(elsewhere, group, stretched_group(group, splits_backward=False)[0]).any()
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ QUEUED = -1  # the key of a queued flow in the op's network
 
 
 @dataclass(frozen=True)
-class _Queue:
+class BucketQueue:
     """Flows served one after another beside an op, as the simulator releases a chunk's gradient buckets
     (``StepWorkload.dp_jobs``): (fraction f of the op, seconds alone) each, released (1 − f)·duration before the
     compute ends but not before it starts; all with the same ``uses`` ((resource, demand), …)."""
@@ -42,7 +42,7 @@ class _Queue:
     uses: tuple[tuple[object, float], ...]
 
 
-def shared_op_s(duration_s: float, flows: list[_Flow], queue: _Queue | None = None) -> float:
+def shared_op_s(duration_s: float, flows: list[_Flow], queue: BucketQueue | None = None) -> float:
     """Seconds one op of ``duration_s`` (its inline flows' seconds alone included) takes when its ``flows``
     share their resources fairly: the ``op`` and ``inline`` flows start at 0, the compute and the ``compute``
     flows when the last inline flow ends, the op ends when all are done. ``queue``: flows beside it that it
@@ -143,14 +143,16 @@ def stretched_group(group: PipelineGroup, splits_backward: bool) -> tuple[Pipeli
     return stretched, loss.sum(axis=(0, 2))
 
 
-def last_backward_loss(workload: StepWorkload, group: PipelineGroup) -> np.ndarray:
+def last_backward_loss(workload: StepWorkload, group: PipelineGroup, stretched: PipelineGroup) -> np.ndarray:
     """(pp, v): how much longer each chunk's last backward op (W where the schedule splits the backward, else
-    B + W) of ``group`` lasts, beyond ``stretched_group``'s loss, because the chunk's gradient buckets, released
-    k/n into it and served one after another on the stage's DP stream (``StepWorkload.dp_jobs``), share
-    its flows' resources (a ZeRO-3 reduce-scatter beside the gathers of the op that produces its gradients)."""
+    B + W) of ``group`` lasts than in ``stretched`` (``stretched_group`` of it: its own flows' sharing) because
+    the chunk's gradient buckets, released k/n into it and served one after another on the stage's DP stream
+    (``StepWorkload.dp_jobs``), share its flows' resources (a ZeRO-3 reduce-scatter beside the gathers of the op
+    that produces its gradients)."""
     splits_backward = get_schedule(workload.schedule).splits_backward
     kind = OpKind.W if splits_backward else OpKind.B
     durations = _durations(group, splits_backward)[kind]
+    shared = _durations(stretched, splits_backward)[kind]
     loss = np.zeros(durations.shape)
     seen: dict[tuple, float] = {}
     for s, c in np.ndindex(*durations.shape):
@@ -163,10 +165,10 @@ def last_backward_loss(workload: StepWorkload, group: PipelineGroup) -> np.ndarr
                      for r, seconds in workload.dp_sync_uses[s][c].items() if seconds > 0)
         if not _overfills([*flows, ("compute", sync_s, uses)]):
             continue
-        duration = float(durations[s, c])
-        key = (duration, tuple(flows), sync_s, n, uses)
+        duration, alone = float(durations[s, c]), float(shared[s, c])
+        key = (duration, alone, tuple(flows), sync_s, n, uses)
         if key not in seen:
-            queue = _Queue(tuple(((k + 1) / n, sync_s / n) for k in range(n)), uses)
-            seen[key] = max(0.0, shared_op_s(duration, flows, queue) - shared_op_s(duration, flows))
+            queue = BucketQueue(tuple(((k + 1) / n, sync_s / n) for k in range(n)), uses)
+            seen[key] = max(0.0, shared_op_s(duration, flows, queue) - alone)
         loss[s, c] = seen[key]
     return loss

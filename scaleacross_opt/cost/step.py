@@ -1135,7 +1135,8 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     """
     splits_backward = get_schedule(workload.schedule).splits_backward
     stretched = [stretched_group(group, splits_backward) for group in workload.groups]
-    tails = [_last_backward_tail_s(workload, group) for group in workload.groups]
+    tails = [_last_backward_tail_s(workload, group, stretched_one)
+             for group, (stretched_one, _) in zip(workload.groups, stretched, strict=True)]
     workload = replace(workload, groups=tuple(group for group, _ in stretched))
     best: tuple[float, dict[str, float]] | None = None
     gather = exposed_gather_s(workload)
@@ -1170,13 +1171,13 @@ def pipeline_time_closed_form(workload: StepWorkload) -> tuple[float, dict[str, 
     return total, breakdown
 
 
-def _last_backward_tail_s(workload: StepWorkload, group: PipelineGroup) -> float:
+def _last_backward_tail_s(workload: StepWorkload, group: PipelineGroup, stretched: PipelineGroup) -> float:
     """How much later the pipeline ends because each chunk's gradient buckets share resources with the last
     backward op that releases them (``op_sharing.last_backward_loss``). Where the backward is not split, the
     last micro-batch's backward runs through every chunk's last backward op in turn at the pipeline's end: their
     losses add up; where it is, the W ops are off that chain and only the first model position's, the
     pipeline's last op, counts."""
-    loss = last_backward_loss(workload, group)
+    loss = last_backward_loss(workload, group, stretched)
     if not loss.any():
         return 0.0
     if not get_schedule(workload.schedule).splits_backward:
