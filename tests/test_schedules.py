@@ -272,3 +272,18 @@ def test_critical_path_ops_of_orders_that_follow_the_durations(times: tuple[int,
 
 def test_critical_path_ops_of_the_window_schedule() -> None:
     assert get_schedule("crosspipe-unidirectional").critical_path_ops(8, 1, 32) == (39, 60)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_each_stage_runs_a_chunks_ops_of_one_kind_in_micro_batch_order(name: str) -> None:
+    """The CP-SAT bound of when the first stage releases its first gradient bucket
+    (``optimizer.cpsat.objective._first_release_us``) counts the m forwards of each chunk and the m − 1 earlier
+    backwards of the releasing chunk before its last backward: it rests on every stage running one chunk's F (B,
+    W) ops in micro-batch order, in the fixed orders and in those built for other F:B:W durations."""
+    schedule = get_schedule(name)
+    durations = ((8, 15, 1), (8, 8, 8), (8, 20, 16)) if schedule.orders_by_op_times else ((1, 1, 1),)
+    for (pp, v, m), times in itertools.product(_grid(name), durations):
+        for ops in schedule.timed_stage_ops(pp, v, m, times):
+            for kind, chunk in itertools.product(OpKind, range(v)):
+                order = [op.microbatch for op in ops if op.kind is kind and op.chunk == chunk]
+                assert order == sorted(order), (pp, v, m, times, kind, chunk)

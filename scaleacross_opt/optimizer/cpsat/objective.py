@@ -567,7 +567,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
-    _add_dp_stream_bound(pv, coeffs, step, v_chunks, chunk_sync + extra, optimizer,
+    _add_dp_stream_bound(pv, coeffs, step, v_chunks, _first_release_us(pv, layer_passes, sync_layers, v_chunks),
+                         chunk_sync + extra, optimizer,
                          OtherChunks(bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
                                      others_sync, other_layers, int(SCALE * ratio)),
                          int(SCALE * ratio) * chunk_sync + SCALE * extra, gathering)
@@ -599,11 +600,45 @@ class OtherChunks:
     gather_ratio: int
 
 
+def _first_release_us(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar]],
+                      layers: cp_model.IntVar, v_chunks: dict[int, cp_model.IntVar]) -> cp_model.IntVar:
+    """A lower bound (µs) of when the first stage releases its first gradient bucket: a chunk releases its
+    buckets within its last backward op (W where the schedule splits the backward, else B; ``simulator.engine``),
+    micro-batch m − 1's, which comes after that micro-batch's forward of every chunk of the stage (the later
+    chunks' forwards follow the earlier ones': chunk order is model order, V-shaped or interleaved) and so after
+    all m forwards of each chunk, and after the chunk's backwards of the m − 1 micro-batches before it (each
+    stage runs a chunk's ops of one kind in micro-batch order: ``tests/test_schedules.py``):
+    ≥ m·ℓ·F_min + (m − 1)·⌊ℓ/v⌋·(B+W)_min, ℓ ≥ the first stage's ``layers``, the chunk holding ≥ ⌊ℓ/v⌋ of them,
+    F_min and (B+W)_min a layer's least passes of any kind in any building (under a split backward the chunk's
+    m B precede its last W too, so m·B + (m − 1)·W ≥ (m − 1)·(B+W))."""
+    model = pv.model
+    total = pv.instance.job.model_spec.layers
+    least = []
+    for kind, part in (("forward", 0), ("backward", 1)):
+        var = _new(model, f"layer_{kind}_least_anywhere_us")
+        model.AddMinEquality(var, [pair[part] for pair in passes])
+        least.append(var)
+    chunk = _new(model, "first_stage_least_chunk_layers", total)  # ⌊ℓ/v⌋
+    for v, v_on in v_chunks.items():
+        model.Add(v * chunk <= layers).OnlyEnforceIf(v_on)
+        model.Add(v * chunk >= layers - (v - 1)).OnlyEnforceIf(v_on)
+    earlier = model.NewIntVar(0, max(pv.microbatch_values or [1]), "microbatches_before_last")
+    model.Add(earlier == pv.microbatches - 1)
+    forwards = _product(model, "first_stage_forwards_us", pv.microbatches,
+                        _product(model, "first_stage_layers*F_min", layers, least[0]))
+    backwards = _product(model, "first_release_backwards_us", earlier,
+                         _product(model, "least_chunk_layers*BW_min", chunk, least[1]))
+    out = _new(model, "first_bucket_release_us")
+    model.Add(out >= forwards + backwards)
+    return out
+
+
 def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar,
-                         v_chunks: dict[int, cp_model.IntVar], first_chunk: cp_model.LinearExpr,
-                         optimizer: cp_model.IntVar, others: OtherChunks,
+                         v_chunks: dict[int, cp_model.IntVar], release: cp_model.IntVar,
+                         first_chunk: cp_model.LinearExpr, optimizer: cp_model.IntVar, others: OtherChunks,
                          first_gathers_x1000: cp_model.LinearExpr, gathering: list[cp_model.IntVar]) -> None:
-    """ZeRO-0..2: the first stage's DP stream runs its chunks' buckets one after the other, then the optimizer
+    """ZeRO-0..2: the first stage's DP stream starts once it releases its first bucket (``release``,
+    ``_first_release_us``), runs its chunks' buckets one after the other, then the optimizer
     follows the last, then (ZeRO-1/2) the stream gathers the updated weights bucket by bucket
     (``simulator.engine``), and the step lasts until the last gather ends, less how far into the next step it
     may run (``cost.step.gather_windows``: at most one micro-batch's forward through every layer, the
@@ -627,9 +662,9 @@ def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntV
             rows.append(([held], others.sync_us + (v - 2) * others.latency,
                          others.gather_ratio * others.sync_us + SCALE * (v - 2) * others.latency))
         for when, syncs, gathers_x1000 in rows:
-            model.Add(step >= first_chunk + syncs + optimizer).OnlyEnforceIf([v_on, *when, *zero3])
+            model.Add(step >= release + first_chunk + syncs + optimizer).OnlyEnforceIf([v_on, *when, *zero3])
             for lit in gathering:
-                model.Add(SCALE * step >= SCALE * (first_chunk + syncs + optimizer - window) + gathers_x1000
+                model.Add(SCALE * step >= SCALE * (release + first_chunk + syncs + optimizer - window) + gathers_x1000
                           + first_gathers_x1000).OnlyEnforceIf([v_on, *when, lit])
 
 
