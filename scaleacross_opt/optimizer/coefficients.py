@@ -17,7 +17,7 @@ from ..cost.compute import LayerKind, OpTimes, Shard, embedding_times, layer_kin
 from ..cost.layout import nvlink_domain
 from ..cost.memory import activation_bytes_per_layer, layer_params
 from ..cost.network import effective_path
-from ..cost.step import cp_ring_step, cross_aggregate, fabric_path, layer_comm, nvlink_path
+from ..cost.step import cp_ring_step, cross_aggregate, ep_all_to_all, fabric_path, layer_comm, nvlink_path
 from ..schedules import get_schedule
 from ..spec import (
     Building,
@@ -142,6 +142,10 @@ class Coefficients:
     # the step's NIC share (``cost.step.cp_ring_step``; 0 where the ring stays in an NVLink domain); the least
     # over the space's intra-building transports
     cp_nic_us_per_layer: dict[tuple[Shape, str], int]
+    # … of one MoE layer's EP all-to-all (dispatch + combine once forward, again backward and once more under full
+    # recompute, exposed or hidden: ``cost.step.ep_split``), the share leaving the NVLink domain
+    # (``cost.step.ep_all_to_all``); 0 for ep = 1 and dense models
+    ep_nic_us_per_layer: dict[tuple[Shape, str], int]
     layer_kinds: tuple[LayerKind, ...]  # the model's layer kinds, MoE first
     # parameters of all layers (every shard), Mi-parameters: what DP across moves — non-expert, and experts
     model_param_mib: float
@@ -298,6 +302,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     layer_us, model_us, head_us, act, kiloparams, grad, zero3, zero3_step = {}, {}, {}, {}, {}, {}, {}, {}
     compute_floor: dict[Shape, int] = {}
     cp_nic: dict[tuple[Shape, str], int] = {}
+    ep_nic: dict[tuple[Shape, str], int] = {}
     layer_weight_us, head_weight_us, embedding_weight_us = {}, {}, {}
     layer_forward_us, head_forward_us, embedding_forward_us = {}, {}, {}
     layer_forward_least_us: dict[tuple[Shape, str, bool], int] = {}
@@ -356,6 +361,10 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             cp_nic[(shape, b.name)] = int(steps * 1e6 * min(
                 cp_ring_step(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
                              b).nic_s for t in intra_transports)) if shape.cp > 1 else 0
+            passes = 3 if shape.recompute is Recompute.FULL else 2
+            ep_nic[(shape, b.name)] = int(passes * 1e6 * min(
+                ep_all_to_all(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
+                              b).nic_s for t in intra_transports)) if shape.ep > 1 and LayerKind.MOE in kinds else 0
             item_s[b.name]["head"] = head.fwd_s + head.bwd_s
         compute_floor[shape] = _compute_floor_us(instance, shape, item_s, counts)
         for pairs, seconds in whole.items():
@@ -460,7 +469,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         pp_link_mib_per_chunk=job.global_batch_size * job.seq_len * model.hidden_size * 2 / MIB,
         optimizer_us_per_layer_pp=optimizer_us, zero3_pair_us=zero3, zero3_nic_pair_us=zero3_nic_pair,
         zero3_step_us=zero3_step, zero3_nic_step_us=zero3_nic_step, zero3_on_nic=zero3_nic, layer_kinds=tuple(kinds),
-        cp_nic_us_per_layer=cp_nic,
+        cp_nic_us_per_layer=cp_nic, ep_nic_us_per_layer=ep_nic,
         dense_layers=sum(count for kind, count in counts.items() if kind is not LayerKind.MOE) if len(kinds) > 1 else 0,
         model_param_mib=sum(layer_params(model, kind, 1, 1).dense for kind in layer_kinds(model)) / MIB,
         model_expert_param_mib=sum(layer_params(model, kind, 1, 1).expert for kind in layer_kinds(model)) / MIB,

@@ -23,6 +23,9 @@ Turn at the first stage (schedules that are not V-shaped): stage 0 runs its ops 
 micro-batch 0's forward and backward of its latest chunk only a forwards (``turn_forwards``), while that
 micro-batch crosses every later stage's last chunk and comes back: pipeline ≥ m·t_0 − a·F_0 + chain + hops
 (``_add_first_stage_turn``; the chains above start at later stages, so a bottleneck first stage idled free).
+ZeRO-3 where the DP group crosses NICs: a layer's fwd+bwd ≥ the NIC seconds of its gather pair, CP ring and (MoE
+layers) EP all-to-all together, one NIC carrying them all (``_add_nic_sharing``); an MoE layer's is a bound of its
+own, with what the dense layers save against it (``_nic_saving``).
 DP sync (a reduce-scatter of the gradients): intra ≥ the first stage's bytes per GPU · cost per byte
 (÷ the members of a DP group that share one NVLink domain's NICs, at most domain ÷ tp);
 cross (dp or pp+dp across) ≥ the first stage's whole-layer gradient bytes · cost per byte of the ring's
@@ -45,7 +48,8 @@ ZeRO-1/2 exposed gather ≥ its gather (the first gather bucket is needed by the
 Every model: each of the first chunk's n buckets pays the collective's latency, so its sync and gather carry
 (n − 1) more (``_more_buckets_latency``: n ≥ the chunk's parameters synced over all dp·cp ranks ÷ the bucket,
 or its layers under ZeRO-3).
-step ≥ pipeline + exposed DP + optimizer + exposed gather.
+step ≥ pipeline + exposed DP + optimizer + exposed gather; ZeRO-0..2: step ≥ the first stage's DP stream from its
+first bucket's release (``_first_release_us``) through every chunk's sync, the optimizer and the gathers.
 """
 
 from __future__ import annotations
@@ -244,6 +248,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.AddMaxEquality(either, [discount, gathers.excess])
                 discount = either
             bounds.append((coeffs.heavy_layer_us, discount, "heavy_layer", gathers.heavy if gathers else None))
+            if gathers is not None:  # and an MoE layer's NIC seconds under ZeRO-3 (``_add_nic_sharing``)
+                bounds.append((None, _nic_saving(pv, coeffs, building.name, gathers, groups), "moe_nic", None))
         head = pv.shape.linear([coeffs.head_us[(shape, building.name)] for shape in pv.shape.values])
         if gathers is not None:
             head = _head_or_gathers(pv, building.name, head, gathers, head_ratios)
@@ -251,7 +257,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 head = head + embedding_gathers
         conditions = holds_head[b]
         for table, discount, label, gather in bounds:
-            per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
+            if table is None:
+                per_layer = _new(model, f"{label}_us[{building.name}]")
+                _add_nic_sharing(pv, coeffs, building.name, per_layer, "heavy", gathers, groups)
+            else:
+                per_layer = by_pairing(f"{label}_us[{building.name}]", table, building.name)
             if gather is not None:  # ZeRO-3: a layer lasts at least its pair of weight gathers
                 gathered = _new(model, f"{label}_or_gathers_us[{building.name}]",
                                 max(_upper(per_layer), _upper(gather)))
@@ -264,11 +274,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                         model.Add(2 * gathered >= 2 * least + gather)
                     model.Add(2 * gathered >= 2 * (passes["forward"] + least_weight) + gather
                               ).OnlyEnforceIf(unsplit.Not())  # … and split, ≥ F + g + W
+                if label == "layer":  # (an MoE layer's is the "moe_nic" bound, with a discount of its own)
+                    _add_nic_sharing(pv, coeffs, building.name, gathered, "light", gathers, groups)
                 per_layer = gathered
             # b's most-loaded regular stage holds at least ``timed_layers[b]``
             stage_us = _product(model, f"{label}_stage_us[{building.name}]", products["timed_layers"][b], per_layer)
             t_b = stage_us - discount
-            if label == "heavy_layer" and products["moe_only_stage"]:
+            if label != "layer" and products["moe_only_stage"]:
                 # its last regular stage (the one ``timed_layers`` counts) holds only MoE layers: no discount
                 model.Add(t_reg >= stage_us).OnlyEnforceIf([pv.used[b], products["moe_only_stage"][b]])
             if label == "layer":
@@ -393,7 +405,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     forward_shares = [(least, most, pv.shape.any_of(model, f"recompute={recompute.value}",
                                                     lambda shape, r=recompute: shape.recompute == r))
                       for recompute, (least, most) in coeffs.layer_forward_shares.items()] if v_shaped else []
-    v_head = _v_head_stage_wait(pv, head_stages, fastest, before_head, hops, forward_shares) if v_shaped else None
+    v_head = _v_head_stage_wait(pv, head_stages, fastest, before_head, hops, forward_shares,
+                                (layers_before_head, gathers.light) if gathers else None) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
         schedule = get_schedule(name)
         if schedule.head_stage(2, v) == 0:
@@ -474,7 +487,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
-        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding, holds_head, products["v_shape"][0])
+        nic_busy += _zero3_nic_bounds(pv, coeffs, groups, gathers.sharding, gathers.on_nic, holds_head,
+                                      products["v_shape"][0])
     route_busy = _add_dp_route_bounds(pv, coeffs, groups)
 
     # --- data-parallel gradient sync ---------------------------------------------------------------
@@ -756,19 +770,28 @@ def _layers_cost(pv: PlanVars, name: str, count: cp_model.IntVar, per_layer: lis
 def _v_head_stage_wait(pv: PlanVars,
                        head_stages: list[tuple[cp_model.IntVar, cp_model.IntVar, cp_model.LinearExprT, list]],
                        fastest: cp_model.IntVar, before_head: cp_model.IntVar, hops: cp_model.IntVar,
-                       forward_shares: list[tuple[float, float, cp_model.IntVar]]) -> cp_model.IntVar:
+                       forward_shares: list[tuple[float, float, cp_model.IntVar]],
+                       gathered: tuple[cp_model.IntVar, cp_model.IntVar] | None) -> cp_model.IntVar:
     """V-shaped schedules: stage 0 holds the first chunk (n0 = ⌈h/2⌉ of its h layers) and the last (the LM
     head's). Until micro-batch 0's forward has passed every other chunk (≥ L − h/2 layers at the least
     forward share φ_lo of c_min, and every boundary: hops), stage 0 can only run first-chunk forwards (at
     most φ_hi of those layers' time each; φ per recompute mode, over layers: the first chunk holds no LM
     head); everything else it runs after: T ≥ hops + φ_lo·(L − h/2)·c_min
-    + m·((h − φ_hi·n0)·c_b + LM head), with h − φ_hi·n0 ≥ h·(1 − φ_hi/2) − φ_hi/2."""
+    + m·((h − φ_hi·n0)·c_b + LM head), with h − φ_hi·n0 ≥ h·(1 − φ_hi/2) − φ_hi/2. Under ZeRO-3 each of those
+    forwards also waits for its layer's gather, half the pair g (``gathered``: the layers before the LM-head
+    stage and g, 0 without ZeRO-3): the chain is ≥ (L − h/2)·g/2 too."""
     model = pv.model
     zero3 = pv.zero.lit(3) if 3 in pv.zero.values else None
     rest = _new(model, "v_head_stage_after_chain_us")  # per micro-batch: stage 0's work but first-chunk forwards
     head_half = _product(model, "head_layers*c_min", pv.head_layers, fastest)
     m_rest = _product(model, "m*v_head_stage_after_chain", pv.microbatches, rest)
     wait = _new(model, "v_head_stage_wait_us")
+    if gathered is not None:
+        before, pair = gathered
+        total = pv.instance.job.model_spec.layers
+        units = _new(model, "v_chain_half_layers", 2 * total)  # 2(L − h) + h = 2·(L − h/2)
+        model.Add(units == 2 * before + pv.head_layers)
+        model.Add(4 * wait >= 4 * (hops + m_rest) + _product(model, "v_chain_half_layers*gather_pair", units, pair))
     for least, most, when in forward_shares:  # φ_lo, φ_hi of the plan's recompute mode
         model.Add(2 * SCALE * wait >= 2 * SCALE * (hops + m_rest) + int(SCALE * least) * (2 * before_head + head_half)
                   ).OnlyEnforceIf(when)
@@ -877,6 +900,48 @@ TERM_CAP = 10**17  # a bound's term (coefficient × its variable's upper bound) 
 RHS_CAP = 10**13  # constants of the ZeRO-3 gather bounds are capped here (µs × SCALE: ~115 days)
 
 
+def _nic_us_per_layer(pv: PlanVars, coeffs: Coefficients, building: str, label: str) -> cp_model.IntVar:
+    """One layer's CP ring and (MoE layers) EP all-to-all on a GPU's NIC, one micro-batch (µs, each way): the
+    cheapest kind (``label`` "light") holds experts only where every layer does."""
+    experts = label == "heavy" or coeffs.layer_kinds == (LayerKind.MOE,)
+    return pv.shape.value_var(pv.model, f"{label}_layer_nic_us[{building}]", [
+        coeffs.cp_nic_us_per_layer[(shape, building)] + (coeffs.ep_nic_us_per_layer[(shape, building)] if experts
+                                                          else 0) for shape in pv.shape.values])
+
+
+def _add_nic_sharing(pv: PlanVars, coeffs: Coefficients, building: str, layer: cp_model.IntVar, label: str,
+                     gathers: _Zero3Gathers, groups: DpGroups) -> None:
+    """ZeRO-3 where the DP group crosses NICs: a layer's F and B ops carry its pair of weight gathers, its CP ring
+    and its EP all-to-all on the same NIC (``cost.op_sharing``: the flows of one op), so its fwd+bwd lasts at
+    least their NIC seconds together (``cost.step._chunk_cost`` prices each as if it had the NIC to itself)."""
+    model = pv.model
+    nic = _nic_us_per_layer(pv, coeffs, building, label)
+    for d, d_lit in groups:
+        model.Add(SCALE * layer >= gathers.nic_pairs[(label, d)] + SCALE * nic).OnlyEnforceIf(
+            [pv.zero.lit(3), gathers.on_nic, d_lit])
+
+
+def _nic_saving(pv: PlanVars, coeffs: Coefficients, building: str, gathers: _Zero3Gathers, groups: DpGroups
+                ) -> cp_model.IntVar:
+    """What the dense layers of a stage save against an MoE layer's NIC bound (``_add_nic_sharing``): a dense
+    layer's own is at least the cheapest kind's pair plus the CP ring, so each saves at most the MoE pair's excess
+    over that pair plus the all-to-all (0 where the bound does not hold)."""
+    model = pv.model
+    dense = coeffs.dense_layers
+    saved = _new(model, f"nic_discount_us[{building}]")
+    zero3 = pv.zero.lit(3)
+    model.Add(saved == 0).OnlyEnforceIf(zero3.Not())
+    model.Add(saved == 0).OnlyEnforceIf(gathers.on_nic.Not())
+    experts = pv.shape.value_var(model, f"ep_nic_us[{building}]",
+                                 [coeffs.ep_nic_us_per_layer[(shape, building)] for shape in pv.shape.values])
+    for d, d_lit in groups:
+        gap = [dense * (math.ceil(max(0.0, heavy - light)) + 1) for light, heavy in (
+            (min(pairs), pairs[0]) for pairs in (_gather_pairs_us(coeffs.zero3_nic_pair_us[key], key[1], d)
+                                                 for key in gathers.sharding.values))]
+        model.Add(saved <= gathers.sharding.linear(gap) + dense * experts).OnlyEnforceIf(d_lit)
+    return saved
+
+
 def _gather_steps(algorithm: CollectiveAlgorithm, d: int) -> int:
     """Latency steps of one all-gather over ≥ d ranks (``cost.collectives.flat_collective_s``): PAT
     ⌈log2 d⌉, ring and tree d − 1, hierarchical ≥ 1 on the route (its outer ring over ≥ 2 buildings)."""
@@ -900,6 +965,9 @@ class _Zero3Gathers:
     heavy: cp_model.IntVar | None  # … of an MoE layer (models with layers of several kinds)
     excess: cp_model.IntVar | None  # ≤ dense layers × (MoE pair − dense pair), bandwidth part
     sharding: OneHot  # the shape's (tp, ep), which the gathers depend on
+    on_nic: cp_model.IntVar  # the shape's DP group always crosses NICs (``Coefficients.zero3_on_nic``)
+    # (kind label, d) → × SCALE, the kind's pair over the NICs for a DP group of d ranks (bandwidth part)
+    nic_pairs: dict[tuple[str, int], cp_model.LinearExpr]
 
 
 def _gather_pairs_us(pairs: tuple[tuple[float, float], ...], ep: int, d: int) -> list[float]:
@@ -1095,9 +1163,13 @@ def _zero3_gathers(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
         model.Add(out == 0).OnlyEnforceIf(zero3.Not())
         return out
 
+    on_nic = model.NewBoolVar("zero3_group_on_nics")
+    model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
+    nic_pairs = {(label, d): nic_bytes(label, d) for d, _ in groups for label in ("light", "heavy")
+                 if ("nic", label) in terms}
     return _Zero3Gathers(per_layer("zero3_gather_pair", raw),
                          per_layer("zero3_moe_gather_pair", raw_heavy) if raw_heavy is not None else None,
-                         excess, sharding)
+                         excess, sharding, on_nic, nic_pairs)
 
 
 INNER_WIDE = (16, 64, 256)  # inner rings of at least w members move ≥ 2(w − 1)/w of the bytes
@@ -1234,7 +1306,7 @@ def _dp_nic_bounds(pv: PlanVars, coeffs: Coefficients) -> list[tuple[cp_model.Li
 
 
 def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, sharding: OneHot,
-                      holds_head: list[list[list[cp_model.IntVar]]], v_shape: cp_model.IntVar
+                      on_nic: cp_model.IntVar, holds_head: list[list[list[cp_model.IntVar]]], v_shape: cp_model.IntVar
                       ) -> list[tuple[cp_model.LinearExpr, list[cp_model.IntVar]]]:
     """(µs × SCALE, condition) bounds of the whole step for ZeRO-3 shapes whose DP group always crosses NICs:
     each GPU's NIC carries m·layers_b pairs of all-gathers and the step's gradient reduce-scatter (half a
@@ -1246,8 +1318,6 @@ def _zero3_nic_bounds(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, shar
     the embedding's too (r again; bytes only, so r = ``_head_weight_ratios``, which may exceed 1)."""
     model, instance = pv.model, pv.instance
     zero3 = pv.zero.lit(3)
-    on_nic = model.NewBoolVar("zero3_group_on_nics")
-    model.Add(on_nic == sharding.linear([int(coeffs.zero3_on_nic[key]) for key in sharding.values]))
     dense = sharding.value_var(pv.model, "zero3_nic_dense_pair_us",
                         [int(min(n for n, _ in coeffs.zero3_nic_pair_us[key])) for key in sharding.values])
     # the head stage's pairs per micro-batch, in layers × SCALE (r rounded down)
@@ -1481,14 +1551,18 @@ def _least_ops(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar
         for building, least in zip(pv.buildings, passes, strict=True):
             var = _new(model, f"least_{name}_pass_us[{building}]")
             model.Add(var >= least[part])
-            if pair is not None:
-                model.Add(2 * var >= pair)
             each.append(var)
         per_layer.append(_new(model, f"least_{name}_pass_us"))
         model.AddMinEquality(per_layer[-1], each)
     backward = _new(model, "least_backward_op_layer_us")
     model.Add(backward >= per_layer[1]).OnlyEnforceIf(unsplit)
     model.Add(backward >= per_layer[1] - layer_weight).OnlyEnforceIf(unsplit.Not())
+    if pair is not None:  # B waits for its gather whether or not W runs apart
+        forward = _new(model, "least_forward_op_layer_us")
+        model.Add(forward >= per_layer[0])
+        model.Add(2 * forward >= pair)
+        model.Add(2 * backward >= pair)
+        per_layer[0] = forward
     return (_product(model, "least_forward_op_us", chunk, per_layer[0]),
             _product(model, "least_backward_op_us", chunk, backward))
 
