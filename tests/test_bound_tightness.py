@@ -465,12 +465,9 @@ def test_a_dp_ring_out_of_cluster_order_is_not_bounded_as_one_in_order(load_ship
     assert plan_assignment(pv, swapped) is None
 
 
-def test_the_first_stages_other_chunks_sync_their_layers_on_its_dp_stream(load_shipped_instance) -> None:
-    """DualPipe (two chunks a stage), ZeRO-1, pp+dp on the chain, flat rings over 1,024 ranks: the first stage's
-    DP stream syncs and gathers both chunks' buckets, 0.98 s of syncs alone in the simulator. The stream bound
-    charged the second chunk one bucket's latency; its 7 layers' sync (dense and experts) adds to it."""
-    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
-    plan = Plan.model_validate({
+def _chain_dualpipe_zero1_plan() -> Plan:
+    """DualPipe (two chunks a stage), ZeRO-1, pp+dp on the four-building chain, flat rings over 1,024 ranks."""
+    return Plan.model_validate({
         "tp": 2, "cp": 4, "pp": 4, "dp": 256, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
         "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "tp_comm_overlap": True,
         "network": {"intra_building": {**TREE_RING_NETWORK["intra_building"], "collective_algorithm": "ring"},
@@ -478,6 +475,14 @@ def test_the_first_stages_other_chunks_sync_their_layers_on_its_dp_stream(load_s
         "placement": {"cross_building": "pp+dp", "layers_per_stage": [14] * 4, "buildings": [
             {"building": f"bldg-{name}", "group": group, "dp_replicas": 128, "pp_stages": 2}
             for name, group in (("a", 0), ("b", 0), ("c", 1), ("d", 1))]}})
+
+
+def test_the_first_stages_other_chunks_sync_their_layers_on_its_dp_stream(load_shipped_instance) -> None:
+    """DualPipe (two chunks a stage), ZeRO-1, pp+dp on the chain, flat rings over 1,024 ranks: the first stage's
+    DP stream syncs and gathers both chunks' buckets, 0.98 s of syncs alone in the simulator. The stream bound
+    charged the second chunk one bucket's latency; its 7 layers' sync (dense and experts) adds to it."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    plan = _chain_dualpipe_zero1_plan()
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["other_chunks_layers"] == 7
     assert values["other_chunks_sync_us"] >= 0.3e6
@@ -1101,14 +1106,7 @@ def test_the_first_stages_dp_stream_starts_once_it_releases_its_first_bucket(loa
     from scaleacross_opt.simulator import simulate_workload
 
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
-    plan = Plan.model_validate({
-        "tp": 2, "cp": 4, "pp": 4, "dp": 256, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
-        "schedule": "dualpipe", "recompute": "selective", "zero_stage": 1, "tp_comm_overlap": True,
-        "network": {"intra_building": {**TREE_RING_NETWORK["intra_building"], "collective_algorithm": "ring"},
-                    "cross_building": TREE_RING_NETWORK["cross_building"]},
-        "placement": {"cross_building": "pp+dp", "layers_per_stage": [14] * 4, "buildings": [
-            {"building": f"bldg-{name}", "group": group, "dp_replicas": 128, "pp_stages": 2}
-            for name, group in (("a", 0), ("b", 0), ("c", 1), ("d", 1))]}})
+    plan = _chain_dualpipe_zero1_plan()
     bound_us, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     workload = build_workload(instance, plan)
     result = simulate_workload(workload)
