@@ -12,8 +12,8 @@ import errno
 import functools
 import json
 import math
-import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,10 @@ def _floor_json(floor: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- output files
 
 def _writable_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """Reject an output path that cannot be written before any work is done (usage error, exit 2)."""
+    """Reject an output path that cannot be written before any work is done (usage error, exit 2).
+
+    The directory is probed with a nameless temporary file, as the atomic writers create theirs there
+    (``os.access`` says yes to root even where no file can be created, e.g. /proc)."""
     if value is None:
         return None
     parent = value.parent
@@ -99,8 +102,10 @@ def _writable_path(ctx: click.Context, param: click.Parameter, value: Path | Non
         raise click.BadParameter(f"'{value}' is a directory; give a file name", ctx, param)
     if not parent.is_dir():
         raise click.BadParameter(f"directory '{parent}' does not exist", ctx, param)
-    if not os.access(parent, os.W_OK):
-        raise click.BadParameter(f"directory '{parent}' is not writable", ctx, param)
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as err:
+        raise click.BadParameter(f"directory '{parent}' is not writable ({err.strerror or err})", ctx, param) from None
     return value
 
 

@@ -73,7 +73,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_document(path: Path) -> Any:
-    """Parse a YAML or JSON file (JSON is YAML, but JSON files get JSON's clearer messages)."""
+    """Parse a YAML or JSON file (JSON is YAML, but JSON files get JSON's clearer messages); an empty one (only
+    whitespace, comments or a null) is an InputError saying so."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -82,9 +83,12 @@ def read_document(path: Path) -> Any:
         raise InputError([InputIssue(str(path), "", f"cannot read file: not UTF-8 text ({err.reason} at "
                                                     f"byte {err.start})")]) from None
     try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text, object_pairs_hook=_unique_keys)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        if not text.strip():
+            data = None
+        elif path.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
     except _DuplicateKeyError as err:
         raise InputError([InputIssue(str(path), "", f"not valid JSON: {err}")]) from None
     except json.JSONDecodeError as err:
@@ -97,6 +101,10 @@ def read_document(path: Path) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise InputError([InputIssue(str(path), "", f"not valid YAML: {problem}{where}")]) from None
+    if data is None:
+        raise InputError([InputIssue(str(path), "", "the file is empty: expected a JSON/YAML object (a mapping of "
+                                                    "fields)")])
+    return data
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:

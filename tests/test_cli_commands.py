@@ -92,7 +92,7 @@ def test_plan_for_another_instance_is_an_input_error(run_cli, instances_dir: Pat
     result = run_cli(["estimate", instances_dir / "single-building-llama3-70b.yaml", "--plan", bare_plan])
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert result.stderr.startswith(f"{bare_plan}: tp: ")
+    assert result.stderr.startswith(f"{bare_plan}: <root>: plan degrees tp·cp·pp·dp = 2·1·1·64 = 128 GPUs ≠ the job's ")
 
 
 @pytest.mark.parametrize("command", ["estimate", "simulate"])
@@ -125,6 +125,27 @@ def test_simulate_trace_checked_before_simulating(where: str, run_cli, small: Pa
     assert result.exit_code == 2, result.stderr
     assert "--trace" in result.stderr
     assert yaml.safe_load(bare_plan.read_text(encoding="utf-8")) == bare_plan_fields
+
+
+UNWRITABLE_DIR = Path("/proc")  # a directory os.access calls writable for root, where no file can be created
+
+
+@pytest.mark.skipif(not (UNWRITABLE_DIR / "self").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize(("command", "option"), [
+    ("solve", "--out"), ("simulate", "--trace"), ("compare", "--plot"), ("sweep", "--out"), ("sweep", "--csv"),
+    ("sweep", "--plot"), ("requirement", "--plot")])
+def test_unwritable_output_directory_is_refused_before_any_work(command: str, option: str, run_cli, small: Path,
+                                                                 bare_plan: Path, tmp_path: Path) -> None:
+    extra = {"simulate": ["--plan", bare_plan], "sweep": ["--vary", "job.global_batch_size=128"],
+             "requirement": ["--field", "cluster.links[*].bandwidth_gbps"]}.get(command, [])
+    if command == "sweep" and option != "--out":
+        extra += ["--out", tmp_path / "r.jsonl"]
+    if command != "simulate":
+        extra += ["--time-limit", "1", "--quiet"]
+    result = run_cli([command, small, *extra, option, UNWRITABLE_DIR / "x.json"])
+    assert result.exit_code == 2 and result.stdout == "", result.stderr
+    assert f"'{option}'" in result.stderr and f"directory '{UNWRITABLE_DIR}' is not writable" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"], "nothing written, not even the --out file"
 
 
 @pytest.mark.parametrize("args", [["--time-limit", "nan"], ["--seed", "-1"], ["--seed", "99999999999999999999"],

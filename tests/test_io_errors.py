@@ -93,6 +93,24 @@ def test_multiple_schema_errors_in_one_file(run_cli, tmp_path: Path) -> None:
     assert_clean_failure(result, str(path), "job.seq_len", exact=True)
 
 
+EMPTY_DOCUMENTS = {"empty.yaml": "", "blank.json": " \n\n", "comments.yaml": "# to be written\n---\n"}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_DOCUMENTS))
+@pytest.mark.parametrize("role", ["instance", "plan", "validate"])
+def test_empty_file_is_named_empty(name: str, role: str, run_cli, tmp_path: Path) -> None:
+    """An empty instance or plan file (nothing but whitespace or comments) says so, in every command."""
+    empty = tmp_path / name
+    empty.write_text(EMPTY_DOCUMENTS[name], encoding="utf-8")
+    other = write(tmp_path / ("plan.yaml" if role == "instance" else "instance.yaml"),
+                  plan() if role == "instance" else TWO_BUILDINGS)
+    args = {"instance": ["estimate", empty, "--plan", other], "plan": ["estimate", other, "--plan", empty],
+            "validate": ["validate", empty]}[role]
+    result = run_cli(args)
+    assert_clean_failure(result, str(empty), "<root>", exact=True)
+    assert result.stderr == f"{empty}: <root>: the file is empty: expected a JSON/YAML object (a mapping of fields)\n"
+
+
 # ----------------------------------------------------------------------------- plans vs an instance
 
 TWO_BUILDINGS = {  # 2 × 64 H100, Llama 3 8B (32 layers, 32 heads, 8 KV heads), 128 sequences
@@ -145,7 +163,7 @@ def check_plan_file(run_cli, tmp_path: Path, instance: dict[str, Any], plan_data
 # (instance, plan, expected field, message fragment); these need no registered schedule: the
 # degree checks report their problem whatever the schedule registry holds.
 DEGREE_CASES = {
-    "product-not-gpus": (TWO_BUILDINGS, plan(dp=4), "tp", "≠ 128"),
+    "product-not-gpus": (TWO_BUILDINGS, plan(dp=4), "<root>", "tp·cp·pp·dp = 8·1·2·4 = 64 GPUs ≠ the job's 128"),
     "heads-not-divisible-by-tp": (ODD_HEADS, plan(dp=8, pp=1), "tp", "num_heads=20 is not divisible by tp=8"),
     "layers-fewer-than-pp-times-v": (TWO_BUILDINGS, plan(tp=1, pp=64, dp=2), "pp", "layers=32"),
     "hierarchical-intra-building": (

@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 BANDWIDTHS = "cluster.links[*].bandwidth_gbps"
 
 
@@ -122,6 +124,32 @@ def test_a_foreign_results_file_is_an_input_error(run_cli, small: Path, tmp_path
     result = run_cli(["sweep", small, "--vary", "job.global_batch_size=128", "--out", out])
     assert result.exit_code == 1 and result.stderr.startswith(f"{out}: line 1: not a sweep record")
     assert out.read_text() == "hello\n"
+
+
+def test_a_sweep_without_any_plan_fails_with_the_first_reason(run_cli, small: Path, tmp_path: Path) -> None:
+    """Every point failed: exit as for its first failure (here an input error, 1), say so, write no CSV or plot."""
+    out, table, plot = tmp_path / "r.jsonl", tmp_path / "r.csv", tmp_path / "r.png"
+    args = ["sweep", small, "--vary", f"{BANDWIDTHS}=0,-1", "--out", out, "--csv", table, "--plot", plot]
+    for _ in range(2):  # the re-run reads both points from the results file and fails alike
+        result = run_cli(args)
+        assert result.exit_code == 1 and result.exception is None, result.stderr
+        assert result.stderr.splitlines()[-1].startswith(
+            f"no point succeeded (2 points; results in {out}); the first: {BANDWIDTHS}=0: input_error: "
+            f"{small}: cluster.links[0].bandwidth_gbps: ")
+        assert [r["status"] for r in _lines(out)] == ["input_error", "input_error"]
+        assert not table.exists() and not plot.exists()
+
+
+@pytest.mark.parametrize(("status", "code"), [("infeasible", 3), ("no_plan_in_time", 5)])
+def test_a_sweep_without_any_plan_exits_with_the_code_of_its_first_failure(
+        status: str, code: int, run_cli, monkeypatch, small: Path, tmp_path: Path) -> None:
+    from scaleacross_opt.capacity import run as run_module
+
+    monkeypatch.setattr(run_module, "run", lambda executor, tasks, workers: iter(
+        [task.record(status=status, reason=f"reason {i}") for i, task in enumerate(tasks)]))
+    result = run_cli(["sweep", small, "--vary", f"{BANDWIDTHS}=1600,3200", "--out", tmp_path / "r.jsonl", "--quiet"])
+    assert result.exit_code == code
+    assert result.stderr.endswith(f"the first: {BANDWIDTHS}=1600: {status}: reason 0\n")
 
 
 def test_methods_compare_at_each_point(run_cli, small: Path, tmp_path: Path) -> None:

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..cli import (
+    EXIT_INFEASIBLE,
     EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_NO_PLAN_IN_TIME,
     TIME_LIMIT_S,
     _cannot_write,
     _distinct_outputs,
@@ -122,6 +125,9 @@ def _point_line(record: Any) -> str:
     return f"{params}: " + "; ".join(parts)
 
 
+# A point's failure status -> the exit code of the same error from `solve` (a sweep without any plan exits so).
+_EXIT_CODES = {"input_error": EXIT_INVALID, "infeasible": EXIT_INFEASIBLE, "no_plan_in_time": EXIT_NO_PLAN_IN_TIME}
+
 _instance_arg = click.argument("instance_path", metavar="INSTANCE", type=click.Path(path_type=Path))
 _time_limit_opt = click.option("--time-limit", "time_limit_s", type=TIME_LIMIT_S, default=60.0,
                                show_default=True, callback=_finite_time_limit, help="Seconds per solve.")
@@ -153,7 +159,9 @@ _plot_opt = click.option("--plot", "plot_path", type=click.Path(path_type=Path),
 def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_path: Path, executor: str,
           workers: int | None, time_limit_s: float, seed: int, csv_path: Path | None, plot_path: Path | None,
           quiet: bool) -> None:
-    """Solve INSTANCE at every combination of the --vary values; one line per point on stdout."""
+    """Solve INSTANCE at every combination of the --vary values; one line per point on stdout.
+
+    If no point has a plan, exit with the first point's error code (1, 3 or 5) and write no --csv or --plot."""
     from .plot import sweep_figure
     from .run import sweep as run_sweep
     from .table import csv_text
@@ -178,6 +186,9 @@ def sweep(instance_path: Path, axes: list[Axis], methods: list[str] | None, out_
               EXIT_INTERRUPTED)
     for record in records:
         click.echo(_point_line(record))
+    if not any(record.status == "ok" for record in records):
+        _fail([f"no point succeeded ({len(records)} points; results in {out_path}); the first: "
+               f"{_point_line(records[0])}"], _EXIT_CODES[records[0].status])
     if csv_path:
         _write_atomic(csv_path, csv_text(records))
     if plot_path:

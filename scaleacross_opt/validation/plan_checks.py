@@ -20,8 +20,8 @@ def check_degrees(plan: Plan, instance: Instance) -> Problems:
     job = instance.job
     problems: Problems = []
     if plan.num_gpus != instance.num_gpus:
-        problems.append(("tp", f"tp·cp·pp·dp = {plan.tp}·{plan.cp}·{plan.pp}·{plan.dp} = {plan.num_gpus} "
-                               f"≠ {instance.num_gpus} GPUs of the job"))
+        problems.append(("", f"plan degrees tp·cp·pp·dp = {plan.tp}·{plan.cp}·{plan.pp}·{plan.dp} = {plan.num_gpus} "
+                             f"GPUs ≠ the job's {instance.num_gpus} GPUs"))  # the plan as a whole, no one field
     if model.num_heads % plan.tp:
         problems.append(("tp", f"num_heads={model.num_heads} is not divisible by tp={plan.tp}"))
     if model.num_kv_heads % plan.tp and plan.tp % model.num_kv_heads:
