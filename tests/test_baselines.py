@@ -169,6 +169,38 @@ def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(three_bui
     assert plan_assignment(pv, flipped) is None  # the model prices TP/GEMM overlap only as the space sets it
 
 
+def test_layer_moves_between_buildings_of_unequal_stage_counts_keep_the_model_held(load_shipped_instance) -> None:
+    """Hetero 405B, 8 H100 stages and 2 B200 stages: one layer less per H100 stage frees 8 layers (7 when
+    one H100 stage is trimmed) that the B200 stages must take — 4 each (the excess trimmed), or 3 each and
+    one on the LM-head stage (stage 0 in DualPipe). A move of one layer each way would drop the model's
+    layers, so without this the balanced split (10 per H100 stage, 23 per B200) was reached only through
+    a CP-SAT round; both moves stay in the CP-SAT model's family."""
+    from scaleacross_opt.optimizer.coefficients import build_coefficients
+    from scaleacross_opt.optimizer.cpsat.build import build_model
+    from scaleacross_opt.optimizer.cpsat.extract import plan_assignment, plan_of
+    from scaleacross_opt.plan_defaults import fill_defaults
+    from scaleacross_opt.spec import NetworkConfig, Placement, Plan
+
+    instance = load_shipped_instance("hetero-h100-b200-llama3-405b")
+    space = planner_space(instance)
+    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
+    shares = [{"building": "bldg-h100", "dp_replicas": 64, "pp_stages": 8},
+              {"building": "bldg-b200", "dp_replicas": 64, "pp_stages": 2}]
+    plan = fill_defaults(instance, Plan(
+        tp=4, cp=4, pp=10, dp=64, virtual_stages=2, micro_batch_size=1, schedule="dualpipe", zero_stage=1,
+        network=network, tp_comm_overlap=space.tp_comm_overlap,
+        placement=Placement(cross_building="pp", buildings=shares, layers_per_stage=[9] + [11] * 7 + [20, 20])))
+    assert validate_plan(plan, instance) == []
+    splits = {tuple(p.placement.layers_per_stage): p for p in neighbours(instance, space, plan, (Move.PLACEMENT,))
+              if p.model_copy(update={"placement": plan.placement}) == plan}
+    assert (10,) * 8 + (23, 23) in splits and (9, 9) + (10,) * 6 + (24, 24) in splits
+    assert all(sum(split) == instance.job.model_spec.layers for split in splits)
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    for split in ((10,) * 8 + (23, 23), (9, 9) + (10,) * 6 + (24, 24)):
+        assignment = plan_assignment(pv, splits[split])
+        assert assignment is not None and plan_of(pv, assignment).placement == splits[split].placement
+
+
 def test_schedule_moves_keep_a_tuned_layer_split(three_building_zb_v) -> None:
     """PP across: a schedule, micro-batch, recompute or ZeRO move keeps the plan's per-building layer
     split where the new plan can hold it (a mixed-GPU pipeline's tuned split is not thrown away), inside

@@ -329,11 +329,15 @@ def _split_moves(instance: Instance, plan: Plan) -> Iterator[Plan | None]:
 def _layer_moves(instance: Instance, plan: Plan) -> Iterator[Plan]:
     """PP across: ℓ_x − 1 and ℓ_y + 1 for two slots x ≠ y among the buildings' most layers per (non-head)
     stage and the LM-head stage's layers, the split rebuilt by ``materialize_layers`` (the excess trimmed
-    from the first stages)."""
+    from the first stages). When x has more stages than y, that no longer holds the model; the missing layers
+    go to y (rounded up to y's stages), or to y rounded down and the rest to the LM-head stage (hetero 405B,
+    8 H100 and 2 B200 stages: ℓ (head, H100, B200) (9, 11, 20) → (9, 10, 24) or (10, 10, 23))."""
     assert plan.placement is not None
     if plan.placement.cross_building is not CrossBuilding.PP:
         return
     stages, most, head_layers = _layer_capacities(plan)
+    head = get_schedule(plan.schedule).head_stage(plan.pp, plan.virtual_stages)
+    owner = [b for b, count in enumerate(stages) for _ in range(count)]
     slots = [b for b in range(len(stages)) if most[b]] + [None]  # None: the LM-head stage
     for x, y in permutations(slots, 2):
         capacity = list(most)
@@ -342,9 +346,26 @@ def _layer_moves(instance: Instance, plan: Plan) -> Iterator[Plan]:
             capacity[x] -= 1
         if y is not None:
             capacity[y] += 1
-        moved = _with_capacities(instance, plan, stages, capacity, head_moved)
-        if moved is not None:
-            yield moved
+        missing = instance.job.model_spec.layers - head_moved - sum(
+            capacity[owner[s]] for s in range(plan.pp) if s != head)
+        if missing <= 0:
+            variants = [(capacity, head_moved)]
+        elif y is None:
+            variants = [(capacity, head_moved + missing)]
+        else:
+            per_stage, rest = divmod(missing, stages[y] - (owner[head] == y))
+            variants = [(_added(capacity, y, per_stage + (rest > 0)), head_moved)]
+            if rest and x is not None:
+                variants.append((_added(capacity, y, per_stage), head_moved + rest))
+        for held, head_held in variants:
+            moved = _with_capacities(instance, plan, stages, held, head_held)
+            if moved is not None:
+                yield moved
+
+
+def _added(values: list[int], index: int, amount: int) -> list[int]:
+    """``values`` with ``amount`` added at ``index`` (a copy)."""
+    return [value + amount * (i == index) for i, value in enumerate(values)]
 
 
 def _schedule_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iterator[Plan | None]:

@@ -8,8 +8,10 @@ pipeline ≥ m·t_max + bubble + hops, with
   bubble ≥ β(schedule, v)·(L·c_min + LM head − t_max)   (β = the schedule's bubble_fraction·m/(pp−1),
   its minimum; 1F1B's fill/drain is Σ of the stages other than the bottleneck),
   hops = 2(pp−1−k)·h + 2k·cross hop, k = #buildings−1 (pp across; pp+dp: the fewest boundaries of any
-  group's pipeline; 0 otherwise), h = the intra hop (≤ the cross hop where the plan may cross): the first
-  micro-batch's forward and the last one's backward traverse every boundary; V-shaped schedules: the last
+  group's pipeline; 0 otherwise), h = the intra hop (≤ the cross hop where the plan may cross), and under pp
+  each crossing also carries one micro-batch of every replica (boundary bytes per step ÷ m) at the best
+  route's goodput: the first micro-batch's forward and the last one's backward traverse every boundary;
+  V-shaped schedules: the last
   stage (the V's tip) starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2)
   and the stages before it (≥ 1/8 of their layers' F+B+W); with PP across the tip is the last used
   building's last stage (``_v_tip_chains``); split backward (ZB-H1): the LM-head stage's last B waits for
@@ -146,6 +148,17 @@ def fewest_cut_crossings(schedule_name: str, v: int, pp_values: list[int]) -> in
             starts[max(a, b) + 1] -= 1
         counts += list(accumulate(starts))[1:pp]
     return min(counts, default=v)
+
+
+def _microbatch_lits(pv: PlanVars) -> list[tuple[int, cp_model.IntVar]]:
+    """(m, "the plan has m micro-batches") for every m of the space."""
+    lits = []
+    for m in pv.microbatch_values:
+        lit = pv.model.NewBoolVar(f"m={m}")
+        pv.model.Add(pv.microbatches == m).OnlyEnforceIf(lit)
+        pv.model.Add(pv.microbatches != m).OnlyEnforceIf(lit.Not())
+        lits.append((m, lit))
+    return lits
 
 
 def _at_most_two_used(pv: PlanVars) -> list[cp_model.IntVar] | None:
@@ -334,7 +347,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                  _product(model, f"layers*c_min[{b.name}]", pv.layers[i], fastest))
         for i, b in enumerate(buildings)] if pp_dp is not None else []
 
-    # hops: one forward and one backward traversal of the pipeline's boundaries (latency only): the fabric's
+    # hops: one forward and one backward traversal of the pipeline's boundaries (latency, and under pp the
+    # crossings' bytes): the fabric's
     # hop inside a building, the route's where a boundary crosses buildings (pp: one per used building after
     # the first, pp+dp: the fewest of any group's pipeline); hop_floor ≤ either, for the boundaries inside
     crossing = (pp_mode is not None or pp_dp is not None) and pv.cross_transport is not None
@@ -355,6 +369,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
         # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)
+        microbatch_lits = _microbatch_lits(pv) if pp_mode is not None else []
         for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
             extra = 2 * (coeffs.cross_hop_us[transport] - hop_floor)  # a crossing boundary instead of one inside
             if pp_dp is not None:
@@ -362,8 +377,12 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                           ).OnlyEnforceIf([pp_dp, lit])
             if pp_mode is None:
                 continue
-            model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + extra * (sum(pv.used) - 1)
-                      ).OnlyEnforceIf([pp_mode, lit])
+            # … and each crossing carries one micro-batch of every replica (1/m of the step's boundary bytes)
+            # at no more than the best route's goodput, each way
+            for m, m_lit in microbatch_lits:
+                sent = 2 * int(coeffs.pp_link_mib_per_chunk / m * coeffs.cross_us_per_mib[transport])
+                model.Add(hops >= 2 * hop_floor * (pv.pp_var - 1) + (extra + sent) * (sum(pv.used) - 1)
+                          ).OnlyEnforceIf([pp_mode, lit, m_lit])
             per_chunk = int(coeffs.pp_link_mib_per_chunk * coeffs.cross_us_per_mib[transport])
             model.Add(pipeline >= per_chunk * pv.virtual_var).OnlyEnforceIf([pp_mode, lit])
             for chunks_lit, crossings in wrapping:
