@@ -497,9 +497,10 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         [_product(model, f"first_stage_layers*c[{name}]", layers, c)
          for name, layers, c in zip(pv.buildings, products["stage_layers"], per_layer_times, strict=True)],
         holds_first, most_layers, first_forward), fastest, less_weight, v_chunks)
+    least_passes = _least_passes_anywhere(pv, layer_passes)
     path_ops = critical_path_ops(pv)
     if path_ops is not None:  # pipeline ≥ n_F·F_min + n_B·B_min (``critical_path``)
-        least = _least_ops(pv, layer_passes, gathers.light if gathers else None, layer_weight, unsplit,
+        least = _least_ops(pv, least_passes, gathers.light if gathers else None, layer_weight, unsplit,
                            products["stage_layers"])
         model.Add(pipeline >= sum(_product(model, f"critical_path_{kind}_us", count, op)
                                   for kind, count, op in zip(("forward", "backward"), path_ops, least, strict=True)))
@@ -600,7 +601,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
 
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
-    _add_dp_stream_bound(pv, coeffs, step, v_chunks, _first_release_us(pv, layer_passes, sync_layers, v_chunks),
+    _add_dp_stream_bound(pv, coeffs, step, v_chunks, _first_release_us(pv, least_passes, sync_layers, v_chunks),
                          chunk_sync + extra, optimizer,
                          OtherChunks(bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
                                      others_sync, other_layers, int(SCALE * ratio)),
@@ -633,7 +634,19 @@ class OtherChunks:
     gather_ratio: int
 
 
-def _first_release_us(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar]],
+def _least_passes_anywhere(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar]]
+                           ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
+    """A layer's least forward and least full backward (µs) of any kind on any building: the least of
+    ``passes`` (per building)."""
+    least = []
+    for part, kind in enumerate(("forward", "backward")):
+        var = _new(pv.model, f"layer_{kind}_least_anywhere_us")
+        pv.model.AddMinEquality(var, [pair[part] for pair in passes])
+        least.append(var)
+    return least[0], least[1]
+
+
+def _first_release_us(pv: PlanVars, least: tuple[cp_model.IntVar, cp_model.IntVar],
                       layers: cp_model.IntVar, v_chunks: dict[int, cp_model.IntVar]) -> cp_model.IntVar:
     """A lower bound (µs) of when the first stage releases its first gradient bucket: a chunk releases its
     buckets within its last backward op (W where the schedule splits the backward, else B; ``simulator.engine``),
@@ -642,15 +655,10 @@ def _first_release_us(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model
     all m forwards of each chunk, and after the chunk's backwards of the m − 1 micro-batches before it (each
     stage runs a chunk's ops of one kind in micro-batch order: ``tests/test_schedules.py``):
     ≥ m·ℓ·F_min + (m − 1)·⌊ℓ/v⌋·(B+W)_min, ℓ ≥ the first stage's ``layers``, the chunk holding ≥ ⌊ℓ/v⌋ of them,
-    F_min and (B+W)_min a layer's least passes of any kind in any building (under a split backward the chunk's
-    m B precede its last W too, so m·B + (m − 1)·W ≥ (m − 1)·(B+W))."""
+    F_min and (B+W)_min a layer's least passes of any kind in any building (``least``; under a split backward
+    the chunk's m B precede its last W too, so m·B + (m − 1)·W ≥ (m − 1)·(B+W))."""
     model = pv.model
     total = pv.instance.job.model_spec.layers
-    least = []
-    for kind, part in (("forward", 0), ("backward", 1)):
-        var = _new(model, f"layer_{kind}_least_anywhere_us")
-        model.AddMinEquality(var, [pair[part] for pair in passes])
-        least.append(var)
     chunk = _new(model, "first_stage_least_chunk_layers", total)  # ⌊ℓ/v⌋
     for v, v_on in v_chunks.items():
         model.Add(v * chunk <= layers).OnlyEnforceIf(v_on)
@@ -1549,13 +1557,13 @@ def _slowest_edge_us_per_layer(pv: PlanVars, layer_mib: float, pair_us_per_mib: 
     return edge
 
 
-def _least_ops(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar]], pair: cp_model.IntVar | None,
+def _least_ops(pv: PlanVars, least: tuple[cp_model.IntVar, cp_model.IntVar], pair: cp_model.IntVar | None,
                layer_weight: cp_model.IntVar, unsplit: cp_model.IntVar, first_regular: list[cp_model.IntVar]
                ) -> tuple[cp_model.IntVar, cp_model.IntVar]:
     """The least F and the least B op of any stage and chunk (µs): ⌊ℓ_min / v⌋ layers (a stage's layers are split
     over its chunks as evenly as possible; ℓ_min the fewest any stage holds: each used building's first regular
     stage, ``first_regular``, or the LM-head stage), each at least the least forward / full backward of one layer
-    on any building (``passes``), under ZeRO-3 at least half the layer's gather ``pair`` (each pass waits for its
+    on any building (``least``), under ZeRO-3 at least half the layer's gather ``pair`` (each pass waits for its
     gather: ``cost.step._chunk_cost``); where the backward is split, B is that less the layer's longest W."""
     model = pv.model
     total = pv.instance.job.model_spec.layers
@@ -1564,15 +1572,7 @@ def _least_ops(pv: PlanVars, passes: list[tuple[cp_model.IntVar, cp_model.IntVar
                                   pv.head_layers])
     chunk = _new(model, "fewest_chunk_layers", total)
     model.AddDivisionEquality(chunk, fewest, pv.virtual_var)
-    per_layer = []
-    for part, name in enumerate(("forward", "backward")):
-        each = []
-        for building, least in zip(pv.buildings, passes, strict=True):
-            var = _new(model, f"least_{name}_pass_us[{building}]")
-            model.Add(var >= least[part])
-            each.append(var)
-        per_layer.append(_new(model, f"least_{name}_pass_us"))
-        model.AddMinEquality(per_layer[-1], each)
+    per_layer = list(least)
     backward = _new(model, "least_backward_op_layer_us")
     model.Add(backward >= per_layer[1]).OnlyEnforceIf(unsplit)
     model.Add(backward >= per_layer[1] - layer_weight).OnlyEnforceIf(unsplit.Not())
