@@ -11,7 +11,7 @@ from scaleacross_opt.baselines import baseline_names, get_baseline, run_baseline
 from scaleacross_opt.baselines.production import production_plans
 from scaleacross_opt.baselines.registry import planner_space
 from scaleacross_opt.optimizer.enumerate import enumerate_plans
-from scaleacross_opt.optimizer.neighbourhood import Move, neighbours, random_plan
+from scaleacross_opt.optimizer.neighbourhood import Move, neighbours, other_dimensions, random_plan
 from scaleacross_opt.simulator import simulate
 from scaleacross_opt.spec import CrossBuilding
 from scaleacross_opt.validation.plan_checks import validate_plan
@@ -145,6 +145,27 @@ def test_neighbours_move_the_cross_building_dimension_and_split(load_shipped_ins
               for p in neighbours(instance, space, deeper, (Move.PLACEMENT,))
               if p.placement.cross_building is CrossBuilding.PP}
     assert (1, 1) in stages  # pp = 2: one stage in each building
+
+
+def test_other_dimensions_change_the_dimension_and_the_cross_network_only(load_shipped_instance) -> None:
+    """A plan's twins in the other cross-building dimensions keep its degrees, schedule and intra network, and come
+    with every cross-building network option (the one its own dimension used may not suit theirs)."""
+    instance = load_shipped_instance(SMALL).with_updates({"job.num_gpus": 64,
+                                                          "search.cross_building": ["none", "pp", "dp"]})
+    space = planner_space(instance)
+    deeper = next(p for p in neighbours(instance, space, production_plans(instance, space)[0], (Move.PLACEMENT,))
+                  if p.pp == 2)
+    plan = next(p for p in neighbours(instance, space, deeper, (Move.PLACEMENT,))
+                if p.placement.cross_building is CrossBuilding.PP)
+    twins = other_dimensions(instance, space, plan)
+    assert twins and all(validate_plan(p, instance) == [] for p in twins)
+    assert {p.placement.cross_building for p in twins} == {CrossBuilding.NONE, CrossBuilding.DP}
+    kept = ("tp", "cp", "pp", "dp", "schedule", "virtual_stages", "micro_batch_size", "zero_stage", "recompute")
+    assert all(getattr(p, name) == getattr(plan, name) for p in twins for name in kept)
+    assert all(p.network.intra_building == plan.network.intra_building for p in twins)
+    dp_across = [p for p in twins if p.placement.cross_building is CrossBuilding.DP]
+    assert {p.network.cross_building for p in dp_across} == set(space.cross_network)
+    assert [p.model_dump_json() for p in twins] == sorted({p.model_dump_json() for p in twins})
 
 
 def test_neighbours_move_one_layer_between_the_buildings_of_a_pipeline(three_building_zb_v) -> None:

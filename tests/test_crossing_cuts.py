@@ -164,6 +164,25 @@ def test_a_zb_v_plan_teaches_the_model_its_familys_crossings(load_shipped_instan
     assert not CrossingCuts(uneven_pv).learn(uneven_plan, plan_assignment(uneven_pv, uneven_plan))
 
 
+def test_a_zb_v_candidate_teaches_its_siblings_families(load_shipped_instance) -> None:
+    """With ``siblings``, a round's ZB-V candidate also bounds every valid plan that differs from it only in shard
+    shape (same tp·cp), ZeRO stage or intra network: each by its own family's crossings, below its simulated step."""
+    instance = load_shipped_instance("cross-region-gpt3-175b")
+    zb_v = {"tp": 2, "cp": 4, "pp": 32, "dp": 32, "virtual_stages": 2, "micro_batch_size": 1, "schedule": "zb-v"}
+    pv, base, plan = _model_and_plan(instance, **zb_v)
+    sibling = place(instance, fill_defaults(instance, base.model_copy(update={"tp": 8, "cp": 1})), CrossBuilding.PP)
+    assignment = plan_assignment(pv, sibling)
+    before = plan_bound_us(pv, assignment, seed=0)
+    cuts = CrossingCuts(pv)
+    assert cuts.learn(plan, plan_assignment(pv, plan), siblings=True)
+    assert not cuts.learn(sibling, assignment, siblings=True)  # its family and group are known
+    after = plan_bound_us(pv, assignment, seed=0)
+    crossings = min(least_crossings("zb-v", 32, 2, 48, times)
+                    for times in build_workload(instance, sibling).candidate_op_times())
+    assert after >= crossings * _latency_us(pv, sibling) > 1.5 * before
+    assert after * 1e-6 <= simulate(instance, sibling).step_time_s
+
+
 def test_a_zb_v_family_runs_one_op_order(wan_small) -> None:
     """ZB-V orders its ops by the F:B:W ratio: the plans its cut covers (same shape, ZeRO stage and intra
     network on buildings that price ops alike) must run the same candidate orders whatever their layer split or

@@ -26,8 +26,9 @@ clusters whose buildings differ.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
-from itertools import pairwise
+from itertools import pairwise, product
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -39,6 +40,7 @@ from ...schedules import get_schedule
 from ...schedules.common import UNIT_OP_TIMES
 from ...simulator.engine import OpGraph, op_graph
 from ...spec import CrossBuilding, Instance, Plan
+from ...validation.plan_checks import validate_plan
 from ..coefficients import Coefficients
 from .degrees import schedule_runs
 from .variables import OneHot, PlanVars, Transport
@@ -158,21 +160,53 @@ class CrossingCuts:
         self.pv = pv
         self.uniform = _uniform_buildings(pv.instance)  # ratio-ordered families are learned only then
         self.families: set[tuple] = set()
+        self.sibling_groups: set[tuple] = set()  # (pp, m, schedule, v, micro-batch size) whose siblings were learned
         self.microbatch_lits: dict[int, cp_model.IntVar] = {}
 
-    def learn(self, plan: Plan, assignment: dict[int, int]) -> bool:
+    def learn(self, plan: Plan, assignment: dict[int, int], *, siblings: bool = False) -> bool:
         """Post ``pipeline ≥ N·λ`` for the family of ``plan`` (its model assignment ``assignment``) at each cross
         transport's λ, unless already posted; returns whether a new cut was posted (never for a plan that
-        does not run PP across buildings)."""
-        pv, instance = self.pv, self.pv.instance
+        does not run PP across buildings). ``siblings``: also for every family of the same pp, m, schedule and
+        micro-batch size (the other shard shapes of its tp·cp, ZeRO stages and intra networks) that the
+        validator accepts: a round's candidates come in such groups (cross-region, seed 0: two rounds of 8
+        proposed ZB-V pp32 plans that differ in shape, ZeRO stage or intra network, bounded at 0.91 s and
+        screened at 2.56–4.75 s, and the search never reached the 0.91 s-bounded DP-across plan), and a
+        family costs one closed-form workload (~25 ms) plus its count where the ratio is new."""
+        pv = self.pv
         if (plan.placement.cross_building is not CrossBuilding.PP or plan.pp < 2 or pv.cross_transport is None
                 or not pv.cross_hop_us or CrossBuilding.PP not in pv.mode.values or not self.uniform
                 or not get_schedule(plan.schedule).orders_by_op_times):  # fixed orders: ``add_crossing_bound``
             return False
         fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
                                                                  pv.intra_transport)]
-        if any(lit is None for lit in fixed):
-            return False
+        posted = False
+        if all(lit is not None for lit in fixed):
+            posted = self._post(plan, fixed)
+        group = (plan.pp, plan.dp, plan.micro_batch_size, plan.schedule, plan.virtual_stages)
+        if siblings and group not in self.sibling_groups:
+            self.sibling_groups.add(group)
+            for sibling, lits in self._siblings(plan):
+                posted = self._post(sibling, lits) or posted
+        return posted
+
+    def _siblings(self, plan: Plan) -> Iterator[tuple[Plan, list[cp_model.IntVar]]]:
+        """Valid plans that differ from ``plan`` only in shard shape (same tp·cp and micro-batch size), ZeRO stage
+        and intra network, with the literals of those choices."""
+        pv = self.pv
+        for shape, zero, algorithm, transport in product(pv.shape.values, pv.zero.values, pv.intra_algorithm.values,
+                                                         pv.intra_transport.values):
+            if shape.micro_batch_size != plan.micro_batch_size or shape.tp * shape.cp != plan.tp * plan.cp:
+                continue
+            network = plan.network.model_copy(update={"intra_building": transport.with_algorithm(algorithm)})
+            sibling = plan.model_copy(update={"tp": shape.tp, "cp": shape.cp, "ep": shape.ep,
+                                              "recompute": shape.recompute, "zero_stage": zero, "network": network})
+            if not validate_plan(sibling, pv.instance):
+                yield sibling, [pv.shape.lit(shape), pv.zero.lit(zero), pv.intra_algorithm.lit(algorithm),
+                                pv.intra_transport.lit(transport)]
+
+    def _post(self, plan: Plan, fixed: list[cp_model.IntVar]) -> bool:
+        """The cut of ``plan``'s family, whose shape, ZeRO stage and intra network literals are ``fixed``."""
+        pv, instance = self.pv, self.pv.instance
         m = instance.job.global_batch_size // (plan.dp * plan.micro_batch_size)
         conditions = [pv.mode.lit(CrossBuilding.PP), pv.schedule_chunks.lit((plan.schedule, plan.virtual_stages)),
                       pv.pp.lit(plan.pp), *fixed]
