@@ -3,6 +3,7 @@ and the bound the CP-SAT objective gives against the simulator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -285,6 +286,52 @@ def test_search_simulates_once_plans_that_differ_only_in_settings_that_cannot_ma
     search = _Search(pv, counting, deadline=1e18, seed=0, threads=1, progress=None)
     first, second = search.evaluate(plan), search.evaluate(twin)
     assert second is first and len(calls) == 1
+
+
+def test_a_screened_out_candidate_has_its_best_twin_in_each_other_dimension_simulated(models_dir) -> None:
+    """Across a 30 ms link a PP-across plan of 128 micro-batches pays a latency per crossing (13.8 s; DP across
+    10 s): its DP-across twin of least closed form
+    (over the cross network options) is simulated, becomes the incumbent and waits to be polished; with an
+    incumbent no twin can beat, nothing is simulated."""
+    from scaleacross_opt.cost.step import estimate
+    from scaleacross_opt.optimizer.local_search import Candidate
+    from scaleacross_opt.optimizer.neighbourhood import other_dimensions
+    from scaleacross_opt.optimizer.refine import _Search
+    from scaleacross_opt.spec import CrossBuilding
+
+    instance = tiny_instance(models_dir, pp_degrees=[2], virtual_stages=[1], recompute=["none"],
+                             cross_building=["pp", "dp"], collective_algorithms=["ring", "tree"],
+                             qps_per_connection=[1, 16], window_kib_per_qp=[4096, 65536],
+                             ).with_updates({"cluster.links[0].latency_us": 30_000, "job.global_batch_size": 512})
+    space = prune_space(instance, design_space(instance))
+    pv = build_model(instance, space, build_coefficients(instance, space))
+    plan = next(p for p in enumerate_plans(instance, space)
+                if not validate_plan(p, instance) and p.placement.cross_building is CrossBuilding.PP)
+    twins = [t for t in other_dimensions(instance, space, plan) if t.placement.cross_building is CrossBuilding.DP]
+    assert len({t.network.cross_building for t in twins}) > 1
+    calls = []
+
+    def counting(inst, p, _deadline):
+        calls.append(p)
+        return simulate(inst, p)
+
+    def search_from(incumbent: Candidate | None) -> _Search:
+        search = _Search(pv, counting, deadline=1e18, seed=0, threads=1, progress=None,
+                         screen=lambda inst, p, _deadline: estimate(inst, p))
+        search.best = incumbent or search.evaluate(plan)
+        search._other_dimensions(plan)
+        return search
+
+    search = search_from(None)
+    simulated_twin = calls[-1]
+    assert simulated_twin.placement.cross_building is CrossBuilding.DP and len(calls) == 2
+    least = min(twins, key=lambda t: estimate(instance, t).step_time_s)
+    assert simulated_twin.network.cross_building == least.network.cross_building
+    assert search.best.plan == simulated_twin and search.unpolished == [search.best]
+    assert search.best.report.step_time_s < search.evaluate(plan).report.step_time_s
+    calls.clear()
+    unbeatable = Candidate(plan, 0.0, replace(search.best.report, step_time_s=1e-6))
+    assert search_from(unbeatable).unpolished == [] and calls == []
 
 
 def test_the_first_polish_climbs_from_the_best_start_plan_only(models_dir, monkeypatch) -> None:

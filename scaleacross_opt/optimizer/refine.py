@@ -11,7 +11,8 @@ from the best of them for up to a quarter of the time. Then each round:
    first). When the search converges the answer does not depend on which ties a round met first.
 4. *Feed back*: every candidate is checked by the independent validator and simulated (once per
    plan), its exact bound is computed (its decisions fixed), and it is cut off in the model with a
-   no-good, so the next round's V bounds only unexamined plans.
+   no-good, so the next round's V bounds only unexamined plans. A ZB-V candidate across a slow boundary
+   also teaches the model the crossings of its siblings' families (``CrossingCuts.learn``).
 5. *Polish*: simulator-driven local search (``local_search.climb``) from the round's candidates, best
    first, then iterated local search from the incumbent (a seeded two-move kick, then a climb), for as
    long as the round's CP-SAT part (its solve and its candidates' bounds) took: the two searches get equal
@@ -28,7 +29,8 @@ no solution left proves the incumbent optimal (up to the bound error).
 *Screening*: a plan is simulated only if its closed form (``screen``, ~10× faster than the simulator),
 less the most the closed form has overshot the simulator (``ESTIMATE_OVERSHOOT``, or more if the search
 sees more), could beat the plan it must beat — the climb's current plan, or for a round's candidates the
-incumbent; a round's candidate that cannot is cut off unsimulated.
+incumbent; a round's candidate that cannot is cut off unsimulated, and its twins in the other cross-building
+dimensions are screened in its place (``_other_dimensions``).
 """
 
 from __future__ import annotations
