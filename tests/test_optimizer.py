@@ -290,9 +290,8 @@ def test_search_simulates_once_plans_that_differ_only_in_settings_that_cannot_ma
 
 def test_a_screened_out_candidate_has_its_best_twin_in_each_other_dimension_simulated(models_dir) -> None:
     """Across a 30 ms link a PP-across plan of 128 micro-batches pays a latency per crossing (13.8 s; DP across
-    10 s): its DP-across twin of least closed form
-    (over the cross network options) is simulated, becomes the incumbent and waits to be polished; with an
-    incumbent no twin can beat, nothing is simulated."""
+    10 s): its DP-across twin of least closed form (over the cross network options) is simulated, becomes the
+    incumbent and waits to be polished; with an incumbent no twin can beat, nothing is simulated."""
     from scaleacross_opt.cost.step import estimate
     from scaleacross_opt.optimizer.local_search import Candidate
     from scaleacross_opt.optimizer.neighbourhood import other_dimensions
