@@ -459,6 +459,7 @@ class _Search:
         bounds = [(plan_bound_us(pv, c, self.seed, self.deadline) or 0) * US
                   if time.perf_counter() < self.deadline else 0.0 for c in canonical]
         stats.cpsat_wall_s += time.perf_counter() - t0
+        twinned: set[tuple] = set()  # degrees and schedule of the screened-out candidates whose twins were tried
         for assignment, same, plan, plan_bound in zip(found, canonical, plans, bounds, strict=True):
             if self.best is not None and time.perf_counter() > self.deadline:
                 return
@@ -474,7 +475,11 @@ class _Search:
             self.crossing_cuts.learn(plan, same, siblings=True)
             if self.best is not None and self.floor(plan) > self.best.report.step_time_s:
                 add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
-                self._other_dimensions(plan)
+                shape = (plan.tp, plan.cp, plan.pp, plan.dp, plan.ep, plan.schedule, plan.virtual_stages,
+                         plan.micro_batch_size)
+                if shape not in twinned:  # a round's candidates differ mostly in settings the twins share
+                    twinned.add(shape)
+                    self._other_dimensions(plan)
                 continue
             candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")
             if candidate is not None:
