@@ -135,7 +135,8 @@ def test_neighbours_move_the_cross_building_dimension_and_split(load_shipped_ins
     assert plan.placement.cross_building is CrossBuilding.NONE
     moved = neighbours(instance, space, plan, (Move.PLACEMENT,))
     dp_across = [p for p in moved if p.placement.cross_building is CrossBuilding.DP and p.pp == plan.pp]
-    assert [[s.dp_replicas for s in p.placement.buildings] for p in dp_across] == [[4, 4]]
+    assert {tuple(s.dp_replicas for s in p.placement.buildings) for p in dp_across} == {(4, 4)}
+    assert {p.network.cross_building for p in dp_across} == set(space.cross_network)  # each option
     split = {tuple(s.dp_replicas for s in p.placement.buildings)
              for p in neighbours(instance, space, dp_across[0], (Move.PLACEMENT,))
              if p.placement.cross_building is CrossBuilding.DP and (p.tp, p.pp) == (plan.tp, plan.pp)}

@@ -4,8 +4,9 @@ A *move* changes one decision and repairs only what it must:
 
 - placement (``Move.PLACEMENT``): move a factor f > 1 of one of tp, cp, pp, dp to another of them
   (tp·cp·pp·dp kept); EP to the next smaller or larger allowed degree; the cross-building dimension
-  (every other allowed one, at its default counts); the split — one replica unit between two groups
-  of buildings (dp, pp+dp) or one stage between two buildings of a pipeline (pp, pp+dp); the layer split
+  (every other allowed one, at its default counts, with each cross-building network option); the split —
+  one replica unit between two groups of buildings (dp, pp+dp) or one stage between two buildings of a
+  pipeline (pp, pp+dp); the layer split
   under pp — one layer of stage capacity from one building's stages (or the LM-head stage) to another's,
   in the family the CP-SAT model expresses (``placement.materialize_layers`` with per-building ℓ_b);
 - schedule (``Move.SCHEDULE``): another (schedule, virtual stages) pair, micro-batch size, recompute
@@ -66,20 +67,10 @@ def neighbours(instance: Instance, space: DesignSpace, plan: Plan,
 
 
 def other_dimensions(instance: Instance, space: DesignSpace, plan: Plan) -> list[Plan]:
-    """The valid plans that differ from ``plan`` only in the cross-building dimension (each other allowed one, at
-    its default counts) and the cross-building network option (each of the space's): the option that suits one
-    dimension's traffic rarely suits another's (cross-region: a ZB-V PP-across plan's option made its DP-across
-    twin's closed form 22 s, against 1.07 s with another)."""
+    """The valid plans that differ from ``plan`` only in the cross-building dimension and its network (the
+    dimension moves among ``neighbours``)."""
     assert plan.placement is not None and plan.network is not None
-
-    def twins() -> Iterator[Plan | None]:
-        for moved in _dimension_moves(instance, space, plan):
-            if moved is not None:
-                yield moved
-                if moved.placement.cross_building is not CrossBuilding.NONE:
-                    yield from _class_moves(moved, "cross_building", space.cross_network)
-
-    return _valid_distinct(instance, space, plan, twins())
+    return _valid_distinct(instance, space, plan, _dimension_moves(instance, space, plan))
 
 
 def _valid_distinct(instance: Instance, space: DesignSpace, plan: Plan,
@@ -316,11 +307,17 @@ def _placement_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iter
 
 
 def _dimension_moves(instance: Instance, space: DesignSpace, plan: Plan) -> Iterator[Plan | None]:
-    """Every other allowed cross-building dimension, at its default counts."""
+    """Every other allowed cross-building dimension, at its default counts, with the plan's cross-building network
+    option and with each other one of the space: the option that suits one dimension's traffic rarely suits
+    another's (cross-region: a ZB-V PP-across plan's option made its DP-across twin's closed form 22 s, against
+    1.07 s with another), so a climb would never see the move pay with the network kept."""
     assert plan.placement is not None
     for other in space.cross_building:
         if other is not plan.placement.cross_building:
-            yield place(instance, plan, other)
+            moved = place(instance, plan, other)
+            yield moved
+            if moved is not None and other is not CrossBuilding.NONE:
+                yield from _class_moves(moved, "cross_building", space.cross_network)
 
 
 def _split_moves(instance: Instance, plan: Plan) -> Iterator[Plan | None]:
