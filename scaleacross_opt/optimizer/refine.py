@@ -475,10 +475,10 @@ class _Search:
             self.crossing_cuts.learn(plan, same, siblings=True)
             if self.best is not None and self.floor(plan) > self.best.report.step_time_s:
                 add_nogood(pv, same)  # its closed form shows it cannot beat the incumbent
-                shape = (plan.tp, plan.cp, plan.pp, plan.dp, plan.ep, plan.schedule, plan.virtual_stages,
-                         plan.micro_batch_size)
-                if shape not in twinned:  # a round's candidates differ mostly in settings the twins share
-                    twinned.add(shape)
+                degrees = (plan.tp, plan.cp, plan.pp, plan.dp, plan.ep, plan.schedule, plan.virtual_stages,
+                           plan.micro_batch_size)
+                if degrees not in twinned:  # a round's candidates differ mostly in settings the twins share
+                    twinned.add(degrees)
                     self._other_dimensions(plan)
                 continue
             candidate = self.evaluate(plan, same, plan_bound, f"round {stats.rounds}: plan bound {plan_bound:.4f} s")

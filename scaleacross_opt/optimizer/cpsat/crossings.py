@@ -160,7 +160,7 @@ class CrossingCuts:
         self.pv = pv
         self.uniform = _uniform_buildings(pv.instance)  # ratio-ordered families are learned only then
         self.families: set[tuple] = set()
-        self.sibling_groups: set[tuple] = set()  # (pp, m, schedule, v, micro-batch size) whose siblings were learned
+        self.sibling_groups: set[tuple] = set()  # (pp, dp, micro-batch size, schedule, v) whose siblings were learned
         self.microbatch_lits: dict[int, cp_model.IntVar] = {}
 
     def learn(self, plan: Plan, assignment: dict[int, int], *, siblings: bool = False) -> bool:
@@ -170,7 +170,7 @@ class CrossingCuts:
         micro-batch size (the other shard shapes of its tp·cp, ZeRO stages and intra networks) that the
         validator accepts: a round's candidates come in such groups (cross-region, seed 0: two rounds of 8
         proposed ZB-V pp32 plans that differ in shape, ZeRO stage or intra network, bounded at 0.91 s and
-        screened at 2.56–4.75 s, and the search never reached the 0.91 s-bounded DP-across plan), and a
+        screened at 2.56–4.75 s, and the search never reached the DP-across plan bounded at 0.9125 s), and a
         family costs one closed-form workload (~25 ms) plus its count where the ratio is new."""
         pv = self.pv
         if (plan.placement.cross_building is not CrossBuilding.PP or plan.pp < 2 or pv.cross_transport is None
