@@ -82,7 +82,6 @@ def test_zero_stages_shrink_states() -> None:
 def test_stage_shares_of_the_peak_stop_changing_at_two_micro_batches_per_stage() -> None:
     """``stage_in_flight`` walks the op order at the least m ≥ 2·pp a schedule runs: for every schedule each
     stage's share of the peak there equals its share at every larger m up to 4·pp·v."""
-    from scaleacross_opt.cost.memory import _stage_peaks
     from scaleacross_opt.schedules import get_schedule, schedule_names
 
     for name in schedule_names():
@@ -90,8 +89,26 @@ def test_stage_shares_of_the_peak_stop_changing_at_two_micro_batches_per_stage()
         for pp, v in itertools.product((2, 3, 4, 8), (1, 2, 4)):
             runs = [m for m in range(2 * pp, 4 * pp * v + 1) if schedule.check(pp, v, m) is None]
             shares = {m: tuple(x / max(peaks) for x in peaks)
-                      for m in runs for peaks in [_stage_peaks(name, pp, v, m)]}
+                      for m in runs for peaks in [schedule.peak_live_chunks(pp, v, m)]}
             assert len(set(shares.values())) <= 1, (name, pp, v, shares)
+
+
+def test_closed_form_stage_peaks_equal_the_walked_order() -> None:
+    """Every schedule's ``peak_live_chunks`` equals the base class's walk of its op order, for every pp ≤ 9, v ≤ 3
+    and m up to 3·pp·v + 1 it runs."""
+    from scaleacross_opt.schedules import get_schedule, schedule_names
+    from scaleacross_opt.schedules.base import PipelineSchedule
+
+    checked = 0
+    for name in schedule_names():
+        schedule = get_schedule(name)
+        for pp, v in itertools.product(range(1, 10), (1, 2, 3)):
+            for m in range(1, 3 * pp * v + 2):
+                if schedule.check(pp, v, m) is None:
+                    walked = PipelineSchedule.peak_live_chunks(schedule, pp, v, m)
+                    assert schedule.peak_live_chunks(pp, v, m) == walked, (name, pp, v, m)
+                    checked += 1
+    assert checked > 1000
 
 
 def test_schedule_sets_micro_batches_in_flight() -> None:

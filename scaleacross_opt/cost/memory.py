@@ -20,7 +20,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..catalog import coefficients as co
-from ..schedules.base import OpKind
 from ..schedules.registry import get_schedule
 from ..spec.instance import Instance
 from ..spec.job import Precision
@@ -160,32 +159,17 @@ def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microb
     took most of a validation).
 
     The share is stage s's peak of forwarded-but-not-backpropagated chunks in the op order
-    (``stage_ops``) ÷ the largest such peak: 1F1B's stage s holds pp − s, interleaved's last stage
-    (v−1)·pp + 1 chunks. The order is walked at the least m ≥ 2·pp the schedule runs (or m when smaller):
+    (``PipelineSchedule.peak_live_chunks``) ÷ the largest such peak: 1F1B's stage s holds pp − s, interleaved's
+    last stage (v−1)·pp + 1 chunks. The order is read at the least m ≥ 2·pp the schedule runs (or m when smaller):
     the shares do not change beyond (tests: every schedule, pp ≤ 16, v ≤ 4, up to m = 4·pp·v).
     """
     schedule = get_schedule(schedule_name)
     worst = schedule.in_flight_microbatches(pp, virtual_stages, num_microbatches)
     walked = next(m for m in range(min(num_microbatches, PEAK_SHAPE_MICROBATCHES_PER_STAGE * pp), num_microbatches + 1)
                   if schedule.check(pp, virtual_stages, m) is None)
-    peaks = _stage_peaks(schedule_name, pp, virtual_stages, walked)
+    peaks = schedule.peak_live_chunks(pp, virtual_stages, walked)
     top = max(peaks) or 1
     return tuple(worst * p / top for p in peaks)
-
-
-@functools.lru_cache(maxsize=1024)
-def _stage_peaks(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
-    """Each stage's peak of forwarded-but-not-backpropagated chunks in the schedule's op order (cached apart
-    from ``stage_in_flight``: every m above the cap shares one walk, and the CP-SAT schedule table asks for
-    hundreds of (pp, m) at 1M GPUs)."""
-    peaks = []
-    for stage_ops in get_schedule(schedule_name).stage_ops(pp, virtual_stages, num_microbatches):
-        live = peak = 0
-        for op in stage_ops:
-            live += 1 if op.kind is OpKind.F else (-1 if op.kind is OpKind.B else 0)
-            peak = max(peak, live)
-        peaks.append(peak)
-    return tuple(peaks)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,19 @@ class PipelineSchedule(ABC):
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """Peak activations held by the worst stage, in units of one micro-batch through all of that stage's layers."""
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """Each stage's peak of forwarded-but-not-backpropagated chunks in ``stage_ops``'s order (``cost.memory``),
+        walked on the order; schedules override it with their closed form (equal to the walk: tests), since the
+        CP-SAT schedule table asks for hundreds of (pp, m) and walking them took seconds at 100k GPUs."""
+        peaks = []
+        for ops in self.stage_ops(pp, virtual_stages, num_microbatches):
+            live = peak = 0
+            for op in ops:
+                live += 1 if op.kind is OpKind.F else (-1 if op.kind is OpKind.B else 0)
+                peak = max(peak, live)
+            peaks.append(peak)
+        return tuple(peaks)
+
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int | None:
         """Closed form of the fewest times, over the pp − 1 stage boundaries, that one path of the op graph
         crosses a boundary at most (``optimizer.cpsat.crossings``: each crossing of a building boundary costs a

@@ -52,6 +52,10 @@ class CrossPipeUnidirectional(PipelineSchedule):
         mbs = range(num_microbatches)
         return one_f_one_b(forwards(mbs), backwards(mbs), pp - stage - 1, block=pp)
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """Stage s: min(m, 2p − 1 − s)."""
+        return tuple(min(num_microbatches, 2 * pp - 1 - s) for s in range(pp))
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """min(2p − 1, m)."""
         return float(min(2 * pp - 1, num_microbatches))

@@ -112,6 +112,10 @@ class DualPipe(PipelineSchedule):
         """One rank's DualPipeV order."""
         return _dualpipev_order(pp, stage, num_microbatches)
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """2p + 1 chunks on every stage (m ≥ 2p)."""
+        return (2 * pp + 1,) * pp
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p + 1/2 (2p+1 half-stage chunks)."""
         return pp + 0.5

@@ -33,6 +33,10 @@ class GPipe(PipelineSchedule):
         """m."""
         return float(num_microbatches)
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """m on every stage: all forwards run before the first backward."""
+        return (num_microbatches,) * pp
+
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """2: every stage runs all its forwards before any backward, so a path crosses a boundary once forward
         and once back."""

@@ -53,6 +53,11 @@ class Interleaved1F1B(PipelineSchedule):
         """min((v+1)·p − 1, m·v) / v."""
         return min((virtual_stages + 1) * pp - 1, num_microbatches * virtual_stages) / virtual_stages
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """Stage s: min(2(p − s − 1) + (v − 1)·p + 1, m·v), Megatron's warm-up forwards and the first steady one."""
+        v = virtual_stages
+        return tuple(min(2 * (pp - s - 1) + (v - 1) * pp + 1, num_microbatches * v) for s in range(pp))
+
     def bubble_fraction(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """(p−1)/(v·m)."""
         return (pp - 1) / (virtual_stages * num_microbatches)

@@ -39,6 +39,10 @@ class OneFOneB(PipelineSchedule):
         """min(p, m)."""
         return float(min(pp, num_microbatches))
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """Stage s: min(p − s, m), its warm-up forwards and the first steady one."""
+        return tuple(min(pp - s, num_microbatches) for s in range(pp))
+
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """The boundary after c stages is crossed 2·max(1, ⌊(m + c − p)/2⌋ + 1) times (the warm-ups of its two
         stages differ by one, so a forward and a backward alternate across it about once per micro-batch):

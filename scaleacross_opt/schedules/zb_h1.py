@@ -50,6 +50,10 @@ class ZeroBubbleH1(PipelineSchedule):
         """p on every stage (m ≥ p)."""
         return float(pp)
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """1F1B's min(p − s, m): a chunk is released at its B, and the deferred W ops hold no activations."""
+        return tuple(min(pp - s, num_microbatches) for s in range(pp))
+
     def least_boundary_crossings(self, pp: int, virtual_stages: int, num_microbatches: int) -> int:
         """1F1B's, 2·max(1, ⌊(m + 1 − p)/2⌋ + 1): the W ops only fill its gaps; its F and B alternate as in 1F1B."""
         return 2 * max(1, (num_microbatches + 1 - pp) // 2 + 1)

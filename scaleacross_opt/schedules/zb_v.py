@@ -92,6 +92,10 @@ class ZeroBubbleV(PipelineSchedule):
         ops = 2 * num_microbatches + pp - 1
         return ops, ops
 
+    def peak_live_chunks(self, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[int, ...]:
+        """Stage s: min(2p, m + 1 + s) chunks in the unit-time order (the 2p cap binds from m ≥ 2p − 1 − s)."""
+        return tuple(min(2 * pp, num_microbatches + 1 + s) for s in range(pp))
+
     def in_flight_microbatches(self, pp: int, virtual_stages: int, num_microbatches: int) -> float:
         """p (2p half-stage chunks), like 1F1B."""
         return float(pp)

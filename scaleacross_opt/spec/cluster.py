@@ -7,8 +7,10 @@ path has the bottleneck bandwidth, the summed latency and the combined loss of i
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 from pydantic import Field
@@ -95,8 +97,25 @@ class Cluster(StrictModel):
                 return candidate
         raise KeyError(name)
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Cluster:
+        """A copy without the cached graph and routes, which follow the links ``update`` may change."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("graph", "_routes"):
+            copy.__dict__.pop(cached, None)
+        return copy
+
+    @cached_property
+    def _routes(self) -> dict[tuple[str, str], Route]:
+        """Routes computed so far (the cluster is frozen; a planner asks for the same pairs thousands of times)."""
+        return {}
+
     def route(self, a: str, b: str) -> Route:
         """Lowest-latency path from ``a`` to ``b``: bottleneck bandwidth, summed latency, combined loss."""
+        if (a, b) not in self._routes:
+            self._routes[a, b] = self._shortest_route(a, b)
+        return self._routes[a, b]
+
+    def _shortest_route(self, a: str, b: str) -> Route:
         if a == b:
             return Route((a,), float("inf"), 0.0, 0.0)
         path = nx.shortest_path(self.graph, a, b, weight="latency_us")
