@@ -176,6 +176,17 @@ def test_route_prefers_lower_latency_over_fewer_hops() -> None:
     assert route.latency_us == 200 and route.bandwidth_gbps == 1000
 
 
+def test_a_copied_cluster_routes_over_its_own_links() -> None:
+    """Routes and the graph are cached per cluster; a copy with other links does not inherit them."""
+    cluster = Instance.model_validate(_instance_dict([64, 64, 64], links=[
+        ("a", "b", 1000, 500.0), ("a", "c", 1000, 100.0), ("c", "b", 2000, 100.0)])).cluster
+    assert cluster.route("a", "b").latency_us == 200
+    direct = cluster.model_copy(update={"links": [cluster.links[0].model_copy(update={"latency_us": 50.0}),
+                                                  *cluster.links[1:]]})
+    assert direct.route("a", "b").buildings == ("a", "b") and direct.route("a", "b").latency_us == 50
+    assert cluster.route("a", "b").latency_us == 200
+
+
 # ----------------------------------------------------------------------------- default placement
 
 
