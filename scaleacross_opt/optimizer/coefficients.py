@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from ..catalog import coefficients as co
 from ..cost.compute import LayerKind, OpTimes, Shard, embedding_times, layer_kinds, layer_times, lm_head_times
@@ -32,6 +33,7 @@ from ..spec import (
 from .cpsat.variables import Transport
 from .space import DesignSpace, Shape
 
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class OpShares:
@@ -288,6 +290,26 @@ def _layer_s(instance: Instance, shape: Shape, building: Building, transports: l
     return out, passes, shares, weight_s, forward_s
 
 
+def _cp_nic_us(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
+               space: DesignSpace) -> int:
+    """µs one layer's CP ring keeps the GPU's NIC busy: cp − 1 steps in each of 3 passes (4 under full recompute),
+    the least over the transports."""
+    steps = (shape.cp - 1) * (4 if shape.recompute is Recompute.FULL else 3)
+    return int(steps * 1e6 * min(
+        cp_ring_step(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
+                     building).nic_s for t in transports))
+
+
+def _ep_nic_us(instance: Instance, shape: Shape, building: Building, transports: list[Transport],
+               space: DesignSpace) -> int:
+    """µs one MoE layer's all-to-alls keep the GPU's NIC busy: 2 passes (3 under full recompute), the least over
+    the transports."""
+    passes = 3 if shape.recompute is Recompute.FULL else 2
+    return int(passes * 1e6 * min(
+        ep_all_to_all(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
+                      building).nic_s for t in transports))
+
+
 def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
     """Evaluate the cost model at every factor value the CP-SAT model multiplies by."""
     model, job = instance.job.model_spec, instance.job
@@ -320,6 +342,18 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
         return co.WEIGHT_BYTES / bandwidth_bytes_per_s * 1e6
     full_params = min(sum(vars(layer_params(model, k, 1, 1)).values()) for k in kinds)
     shares, head_shares = NO_SHARES, NO_SHARES
+    # buildings alike in everything but their name price a layer alike: each shape's layer is costed once per kind
+    # of building (five identical buildings of 20,480 GPUs: once, not five times)
+    alike = {b.name: b.model_dump_json(exclude={"name"}) for b in buildings}
+    costed: dict[tuple[Callable, Shape, str], Any] = {}
+
+    def once_alike(cost: Callable[[Instance, Shape, Building, list[Transport], DesignSpace], T], shape: Shape,
+                   building: Building) -> T:
+        key = (cost, shape, alike[building.name])
+        if key not in costed:
+            costed[key] = cost(instance, shape, building, intra_transports, space)
+        return costed[key]
+
     layer_forward: dict[Recompute, tuple[float, float]] = {}
     for shape in space.shapes:
         shard = Shard(job.seq_len, shape.micro_batch_size, shape.tp, shape.cp, shape.ep)
@@ -334,7 +368,7 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
             embedding_weight_us[shape] = max(embedding_weight_us.get(shape, 0),
                                              math.ceil(embedding.bwd_weight_s * 1e6))
             embedding_forward_us[shape] = max(embedding_forward_us.get(shape, 0), math.ceil(embedding.fwd_s * 1e6))
-            times, passes, layer_shares, weight_s, forward_s = _layer_s(instance, shape, b, intra_transports, space)
+            times, passes, layer_shares, weight_s, forward_s = once_alike(_layer_s, shape, b)
             for pairs, (forward_least, backward_least) in passes.items():
                 layer_forward_least_us[(shape, b.name, pairs)] = int(forward_least * 1e6)
                 layer_backward_least_us[(shape, b.name, pairs)] = int(backward_least * 1e6)
@@ -357,14 +391,9 @@ def build_coefficients(instance: Instance, space: DesignSpace) -> Coefficients:
                 whole[pairs] = min(whole[pairs], sum(counts[kind] * t for kind, t in per_kind.items())
                                    + head.fwd_s + head.bwd_s)
             item_s[b.name] = {kind: min(per_kind[kind] for per_kind in times.values()) for kind in counts}
-            steps = (shape.cp - 1) * (4 if shape.recompute is Recompute.FULL else 3)
-            cp_nic[(shape, b.name)] = int(steps * 1e6 * min(
-                cp_ring_step(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
-                             b).nic_s for t in intra_transports)) if shape.cp > 1 else 0
-            passes = 3 if shape.recompute is Recompute.FULL else 2
-            ep_nic[(shape, b.name)] = int(passes * 1e6 * min(
-                ep_all_to_all(instance, _probe_plan(shape, t.config, space.tp_comm_overlap, space.schedules[0]),
-                              b).nic_s for t in intra_transports)) if shape.ep > 1 and LayerKind.MOE in kinds else 0
+            cp_nic[(shape, b.name)] = once_alike(_cp_nic_us, shape, b) if shape.cp > 1 else 0
+            ep_nic[(shape, b.name)] = (once_alike(_ep_nic_us, shape, b)
+                                       if shape.ep > 1 and LayerKind.MOE in kinds else 0)
             item_s[b.name]["head"] = head.fwd_s + head.bwd_s
         compute_floor[shape] = _compute_floor_us(instance, shape, item_s, counts)
         for pairs, seconds in whole.items():
