@@ -35,6 +35,7 @@ from .space import DesignSpace, Shape
 
 T = TypeVar("T")
 
+
 @dataclass(frozen=True)
 class OpShares:
     """Ranges of the shares of layers' fwd+bwd seconds: the least and largest forward share, the largest whole
