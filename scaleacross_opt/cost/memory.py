@@ -155,8 +155,7 @@ PEAK_SHAPE_MICROBATCHES_PER_STAGE = 2  # the per-stage shares of the peak stop c
 @functools.lru_cache(maxsize=1024)
 def stage_in_flight(schedule_name: str, pp: int, virtual_stages: int, num_microbatches: int) -> tuple[float, ...]:
     """Micro-batches in flight per stage: the schedule's worst-stage closed form × each stage's share
-    (cached: a search validates hundreds of plans that share a (schedule, pp, v, m), and walking the op order
-    took most of a validation).
+    (cached: a search validates hundreds of plans that share a (schedule, pp, v, m)).
 
     The share is stage s's peak of forwarded-but-not-backpropagated chunks in the op order
     (``PipelineSchedule.peak_live_chunks``) ÷ the largest such peak: 1F1B's stage s holds pp − s, interleaved's

@@ -116,6 +116,7 @@ class Cluster(StrictModel):
         return self._routes[a, b]
 
     def _shortest_route(self, a: str, b: str) -> Route:
+        """``route`` computed on the link graph (uncached)."""
         if a == b:
             return Route((a,), float("inf"), 0.0, 0.0)
         path = nx.shortest_path(self.graph, a, b, weight="latency_us")
