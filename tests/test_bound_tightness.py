@@ -5,6 +5,7 @@ MoE layers whose all-to-all only a micro-batch-pairing schedule hides."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -14,11 +15,12 @@ from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_spa
 from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
 from scaleacross_opt.optimizer.cpsat.objective import fewest_cut_crossings
-from scaleacross_opt.optimizer.neighbourhood import random_plan
+from scaleacross_opt.optimizer.neighbourhood import place, random_plan
 from scaleacross_opt.optimizer.refine import plan_bound_us
 from scaleacross_opt.optimizer.space import design_space
+from scaleacross_opt.plan_defaults import fill_defaults
 from scaleacross_opt.simulator import simulate
-from scaleacross_opt.spec import Plan
+from scaleacross_opt.spec import CrossBuilding, NetworkConfig, Plan, Recompute
 
 # the network options of the plans below: tree inside buildings, ring across, the tuned transports
 TREE_RING_NETWORK = {
@@ -161,6 +163,26 @@ def test_v_shaped_pipelines_across_buildings_bound_the_chain_to_the_tip(load_shi
     assert value["pipeline_us"] >= m * tip_us + chain_us - 1
     # stage 0 (the LM head's) idles until micro-batch 0 comes back: 0.727 of the step without that wait
     assert 0.75 <= solver.ObjectiveValue() * 1e-6 / simulate(instance, plan).step_time_s <= 1.0
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_whole_v_pipelines_chain_the_tip_at_the_least_forward_share(load_shipped_instance, recompute: str) -> None:
+    """ZB-V whose pipelines span pairs of buildings (pp+dp): the tip starts once micro-batch 0's chunk-0 forward
+    crossed the stages before it, at least the recompute mode's least forward share φ of their layers' F+B+W
+    (half of them: chunk 0). The chain used to take φ ≥ ¼, which full recompute's 0.248 (and an MoE model's
+    0.11) falls below, and which left a third of the chain out without recompute (φ = 0.33)."""
+    instance = load_shipped_instance("five-buildings-llama4-fabric-llama3-405b.yaml")
+    space = prune_space(instance, design_space(instance))
+    least = build_coefficients(instance, space).layer_forward_shares[Recompute(recompute)][0]
+    network = NetworkConfig(intra_building=space.intra_network[0], cross_building=space.cross_network[0])
+    plan = place(instance, fill_defaults(instance, Plan(
+        tp=4, cp=8, pp=10, dp=320, virtual_stages=2, micro_batch_size=1, schedule="zb-v", zero_stage=1,
+        recompute=recompute, network=network, tp_comm_overlap=space.tp_comm_overlap)), CrossBuilding.PP_DP)
+    objective_us, value = fixed_plan_solution(instance, space, plan)
+    before_us = value["layers_before_regular*c[bldg-1]"]  # the 117 layers before the tip at the least F+B+W
+    chain_us = math.floor(1000 * least) / 1000 / 2 * before_us
+    assert value["pipeline_us"] >= value["m*layers*c_min[bldg-1]"] + chain_us + value["hops_us"] / 2 - 2
+    assert objective_us * 1e-6 <= simulate(instance, plan).step_time_s
 
 
 def test_split_backward_bounds_see_the_weight_gradients_left_for_the_end(load_shipped_instance) -> None:

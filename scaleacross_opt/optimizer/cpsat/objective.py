@@ -11,12 +11,13 @@ pipeline ≥ m·t_max + bubble + hops, with
   group's pipeline; 0 otherwise), h = the intra hop (≤ the cross hop where the plan may cross), and under pp
   each crossing also carries one micro-batch of every replica (boundary bytes per step ÷ m) at the best
   route's goodput: the first micro-batch's forward and the last one's backward traverse every boundary;
-  V-shaped schedules: the last
-  stage (the V's tip) starts after the first micro-batch's chunk-0 forward crossed every boundary once (hops/2)
-  and the stages before it (≥ 1/8 of their layers' F+B+W); with PP across the tip is the last used
-  building's last stage (``_v_tip_chains``); split backward (ZB-H1): the LM-head stage's last B waits for
-  the stages before it (their F+B ≥ layers·(c_min − W)) but may leave its trailing W ops (pp of them) to
-  after it: pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
+  V-shaped schedules: the last stage (the V's tip) starts after the first micro-batch's chunk-0 forward
+  crossed every boundary once (hops/2) and the stages before it (half their layers at the least forward share
+  φ_min of a layer's F+B+W of the plan's recompute mode: ≥ φ_min/2 of their F+B+W; φ_min is 0.11–0.33 on the
+  shipped models); with PP across the tip is the last used building's last stage (``_v_tip_chains``); split
+  backward (ZB-H1): the LM-head stage's last B waits for the stages before it (their F+B ≥ layers·(c_min − W))
+  but may leave its trailing W ops (pp of them) to after it:
+  pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link), and
 pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency (``crossings``), and
 pipeline ≥ n_F·F_min + n_B·B_min for a path of n_F forward and n_B backward ops of a fixed-order op graph, every op
@@ -77,7 +78,6 @@ from .crossings import add_crossing_bound
 from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
-V_SHAPE_CHAIN = SCALE // 8  # chain share for V-shaped schedules: chunk 0 (½ the layers) × forward (≥ ¼)
 HORIZON_US = 10**11  # ~28 hours: larger than any step, small enough that scaled sums stay in int64
 BUCKET_STEPS = 16  # the last gradient bucket's size is counted in 1/16 layers (rounded down)
 
@@ -447,17 +447,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 if counts and None not in counts:
                     tip_syncs.append((lit, max(counts)))
             # V shape: the last stage (a regular one) starts once micro-batch 0's chunk-0 forward crossed
-            # the stages before it: half their layers, forward only (≥ 1/4 of a layer's F+B+W), and every
-            # boundary once (hops / 2).
-            for b in range(len(buildings)):
+            # the stages before it: half their layers (chunk 0 holds ⌈ℓ/2⌉), forward only (at least the shape's
+            # recompute mode's least forward share of a layer's F+B+W), and every boundary once (hops / 2)
+            for b, (least, _, when) in product(range(len(buildings)), forward_shares):
+                chain = int(SCALE * least) * before_last_regular[b]
                 for mode_lit in whole:
-                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_regular + SCALE * hops
-                              + 2 * V_SHAPE_CHAIN * before_last_regular[b]
-                              ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_regular + SCALE * hops + chain
+                              ).OnlyEnforceIf([lit, mode_lit, pv.used[b], when, *several_stages])
                 if pp_dp is not None:
-                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops
-                              + 2 * V_SHAPE_CHAIN * before_last_regular[b]
-                              ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
+                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops + chain
+                              ).OnlyEnforceIf([lit, pp_dp, pv.used[b], when, *several_stages])
             continue
         beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
         model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
