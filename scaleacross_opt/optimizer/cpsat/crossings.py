@@ -3,15 +3,17 @@
 Every path through a step's op graph (each stage runs its ops in order; an op waits for the op whose output it
 needs) that crosses a building boundary k times lasts at least k one-way latencies of that boundary: op
 durations and transfer bytes only add to it. The simulated pipeline ends no sooner than its longest path, so
-    pipeline ≥ N · λ,   N = min over boundary positions j of the most crossings of j on one path,
-with λ the cheapest one-way latency between two buildings for the plan's cross-building transport
-(``Coefficients.cross_hop_us``) and the minimum over every op order the simulator may run for the plan. Across a
-WAN this dominates: a 1F1B-like order pays about one crossing per micro-batch, not one per pipeline fill
-(1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) crossings of the boundary after c stages; cross-region GPT-3 175B, ZB-V
-pp32 m48: N = 60, so 1.8 s of the 2.74 s step, where the closed-form terms see 0.91 s).
+    pipeline ≥ N · λ + n_ops · op_min,   N = min over boundary positions j of the most crossings of j on one path,
+with n_ops the F and B ops such a path must run between and around its crossings (``ops_between_crossings``: 2N,
+or N + 1 where an op can send back across the boundary it received over), op_min the least F or B op of any
+stage and chunk (``objective._least_ops``), λ the cheapest one-way latency between two buildings for the plan's
+cross-building transport (``Coefficients.cross_hop_us``) and the minimum over every op order the simulator may
+run for the plan. Across a WAN this dominates: a 1F1B-like order pays about one crossing per micro-batch, not one
+per pipeline fill (1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) crossings of the boundary after c stages; cross-region
+GPT-3 175B, ZB-V pp32 m48: N = 60, so 1.8 s of the 2.74 s step, where the closed-form terms see 0.91 s).
 
 Schedules with a fixed order (all but ``orders_by_op_times``): N depends on (schedule, pp, v, m) only and the
-model carries a table of it (``add_crossing_bound``): the schedule's closed form where it states one
+model carries a table of it (``crossing_table``): the schedule's closed form where it states one
 (``PipelineSchedule.least_boundary_crossings``: 1F1B, ZB-H1, GPipe, the window schedule, DualPipe; each equal to
 the op-graph count, tests), else (interleaved 1F1B) counted on the op graph up to ``EXACT_OPS`` stage × chunk ×
 micro-batch units and extrapolated by whole periods beyond (``fixed_order_crossings``): that each later period
@@ -122,21 +124,41 @@ def fixed_order_crossings(schedule: str, pp: int, virtual_stages: int, num_micro
     return exact(m1)
 
 
-def add_crossing_bound(pv: PlanVars, pipeline: cp_model.IntVar, pp_mode: cp_model.IntVar | None) -> None:
-    """PP across buildings with a fixed-order schedule: pipeline ≥ N(schedule, v, pp, m) · λ of the chosen
-    cross transport (module docstring), N from a table over every (schedule, v, pp, m) that can run."""
+def ops_between_crossings(schedule: str, pp: int, virtual_stages: int, crossings: int) -> int:
+    """The fewest F and B ops on a path that crosses one boundary ``crossings`` times: every crossing is a data
+    edge from an op to an op (F of position k feeds F of k + 1, B of k feeds B of k − 1), so a path runs ≥ 1 op
+    before its first crossing, after its last and between two. Between two it visits one side, entering by one
+    op and leaving by one, which are two ops unless an op can both receive and send across one boundary —
+    a chunk position whose previous and next positions both sit on stages beyond its own stage's one side
+    (interleaved 1F1B's wrap from stage pp − 1 back to stage 0): then 2N ops, else N + 1 (0 without a crossing)."""
+    if crossings == 0:
+        return 0
+    order = get_schedule(schedule)
+    stage_at = {order.chunk_stage(pp, virtual_stages, c, s): s for c in range(virtual_stages) for s in range(pp)}
+    positions = [stage_at[k] for k in range(pp * virtual_stages)]
+    turns_back = any((a - s) * (b - s) > 0 for a, s, b in zip(positions, positions[1:], positions[2:], strict=False))
+    return crossings + 1 if turns_back else 2 * crossings
+
+
+def crossing_table(pv: PlanVars, pp_mode: cp_model.IntVar | None
+                   ) -> tuple[cp_model.IntVar, cp_model.IntVar] | None:
+    """PP across buildings with a fixed-order schedule: (N, n_ops) of the plan's (schedule, v, pp, m) from a table
+    over every combination that can run, N the boundary crossings (module docstring) and n_ops the F and B ops a
+    path with N crossings runs (``ops_between_crossings``): pipeline ≥ N·λ + n_ops·(the least F or B op).
+    None where no bound applies (no PP across, no slow cross route, or no fixed order crosses)."""
     if pp_mode is None or pv.cross_transport is None or not pv.cross_hop_us:
-        return
-    rows = [(index, pp, m, fixed_order_crossings(name, pp, v, m)
-             if pp > 1 and not get_schedule(name).orders_by_op_times else 0)
-            for index, name, v, pp, m in schedule_runs(pv)]
+        return None
+    rows = []
+    for index, name, v, pp, m in schedule_runs(pv):
+        count = fixed_order_crossings(name, pp, v, m) if pp > 1 and not get_schedule(name).orders_by_op_times else 0
+        rows.append((index, pp, m, count, ops_between_crossings(name, pp, v, count)))
     most = max((row[3] for row in rows), default=0)
     if most == 0:
-        return
+        return None
     crossings = pv.model.NewIntVar(0, most, "pipeline_boundary_crossings")
-    pv.model.AddAllowedAssignments([pv.schedule_index, pv.pp_var, pv.microbatches, crossings], rows)
-    for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-        pv.model.Add(pipeline >= pv.cross_hop_us[transport] * crossings).OnlyEnforceIf([pp_mode, lit])
+    ops = pv.model.NewIntVar(0, max(row[4] for row in rows), "pipeline_boundary_crossing_ops")
+    pv.model.AddAllowedAssignments([pv.schedule_index, pv.pp_var, pv.microbatches, crossings, ops], rows)
+    return crossings, ops
 
 
 def _chosen_lit(choice: OneHot, assignment: dict[int, int]) -> cp_model.IntVar | None:
@@ -175,7 +197,7 @@ class CrossingCuts:
         pv = self.pv
         if (plan.placement.cross_building is not CrossBuilding.PP or plan.pp < 2 or pv.cross_transport is None
                 or not pv.cross_hop_us or CrossBuilding.PP not in pv.mode.values or not self.uniform
-                or not get_schedule(plan.schedule).orders_by_op_times):  # fixed orders: ``add_crossing_bound``
+                or not get_schedule(plan.schedule).orders_by_op_times):  # fixed orders: ``crossing_table``
             return False
         fixed = [_chosen_lit(choice, assignment) for choice in (pv.shape, pv.zero, pv.intra_algorithm,
                                                                  pv.intra_transport)]
@@ -223,7 +245,11 @@ class CrossingCuts:
             lit = self.microbatch_lits[m] = pv.model.NewBoolVar(f"microbatches_are[{m}]")
             pv.model.Add(pv.microbatches != m).OnlyEnforceIf(lit.Not())
         conditions.append(self.microbatch_lits[m])
-        pipeline = pv.terms["pipeline"]
+        pipeline, ops = pv.terms["pipeline"], ops_between_crossings(plan.schedule, plan.pp, plan.virtual_stages,
+                                                                    crossings)
+        least_op = pv.terms.get("least_crossing_op")  # the least F or B op (µs), where the model states one
         for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
-            pv.model.Add(pipeline >= crossings * pv.cross_hop_us[transport]).OnlyEnforceIf([*conditions, lit])
+            latency = crossings * pv.cross_hop_us[transport]
+            pv.model.Add(pipeline >= latency + (0 if least_op is None else ops * least_op)
+                         ).OnlyEnforceIf([*conditions, lit])
         return True

@@ -74,7 +74,7 @@ from ...spec.bounds import MAX_BUCKET_PARAMS
 from ..coefficients import Coefficients, node_gpus, pairings
 from ..space import Shape
 from .critical_path import critical_path_ops
-from .crossings import add_crossing_bound
+from .crossings import crossing_table
 from .variables import OneHot, PlanVars, Transport
 
 SCALE = 1000  # fixed-point scale for fractional coefficients
@@ -365,7 +365,6 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     wrapping = [] if two_buildings is None else [
         (lit, crossings) for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True)
         if (crossings := fewest_cut_crossings(name, v, depths)) > v]
-    add_crossing_bound(pv, pipeline, pp_mode)  # PP across: one route latency per boundary crossing on a path
     if crossing:
         # every group's first forward and last backward cross its pipeline's building boundaries; all
         # replicas' activations cross each boundary under pp (pp+dp: only its group's, left out)
@@ -503,6 +502,15 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                            products["stage_layers"])
         model.Add(pipeline >= sum(_product(model, f"critical_path_{kind}_us", count, op)
                                   for kind, count, op in zip(("forward", "backward"), path_ops, least, strict=True)))
+        least_op = pv.terms["least_crossing_op"] = _new(model, "least_crossing_op_us")
+        model.AddMinEquality(least_op, least)
+    # PP across: one route latency per boundary crossing on a path, and the ops between the crossings
+    table = crossing_table(pv, pp_mode)
+    if table is not None:
+        crossings, ops = table
+        between = _product(model, "crossing_ops_us", ops, least_op) if path_ops is not None else 0
+        for transport, lit in zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True):
+            model.Add(pipeline >= pv.cross_hop_us[transport] * crossings + between).OnlyEnforceIf([pp_mode, lit])
 
     nic_busy = _dp_nic_bounds(pv, coeffs)
     if gathers is not None:
