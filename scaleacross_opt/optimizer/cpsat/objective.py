@@ -19,7 +19,8 @@ pipeline ≥ m·t_max + bubble + hops, with
   but may leave its trailing W ops (pp of them) to after it:
   pipeline ≥ m·t_head + layers before it·(c_min − W) − pp·W_head stage + hops;
 pipeline ≥ v·(boundary bytes per step)/(cross bandwidth) (pp across: every byte crosses the link), and
-pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency (``crossings``), and
+pipeline ≥ the boundary crossings on the op graph's longest path × the route's one-way latency + the F and B ops such
+a path runs between its crossings (2 per crossing, 1 under interleaved's wrap) at the least op (``crossings``), and
 pipeline ≥ n_F·F_min + n_B·B_min for a path of n_F forward and n_B backward ops of a fixed-order op graph, every op
 at least the fewest layers of any chunk at the least per-layer pass (``critical_path``, ``_least_ops``).
 Turn at the first stage (schedules that are not V-shaped): stage 0 runs its ops in order, and between
