@@ -128,9 +128,9 @@ def ops_between_crossings(schedule: str, pp: int, virtual_stages: int, crossings
     """The fewest F and B ops on a path that crosses one boundary ``crossings`` times: every crossing is a data
     edge from an op to an op (F of position k feeds F of k + 1, B of k feeds B of k − 1), so a path runs ≥ 1 op
     before its first crossing, after its last and between two. Between two it visits one side, entering by one
-    op and leaving by one, which are two ops unless an op can both receive and send across one boundary —
-    a chunk position whose previous and next positions both sit on stages beyond its own stage's one side
-    (interleaved 1F1B's wrap from stage pp − 1 back to stage 0): then 2N ops, else N + 1 (0 without a crossing)."""
+    op and leaving by one: two distinct ops, so 2N in all, unless one op can both receive and send across a
+    boundary — a chunk position whose previous and next positions both sit on stages beyond one side of its own
+    (interleaved 1F1B's wrap from stage pp − 1 back to stage 0) — where N + 1 (0 without a crossing)."""
     if crossings == 0:
         return 0
     order = get_schedule(schedule)
