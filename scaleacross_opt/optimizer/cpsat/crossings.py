@@ -133,11 +133,17 @@ def ops_between_crossings(schedule: str, pp: int, virtual_stages: int, crossings
     (interleaved 1F1B's wrap from stage pp − 1 back to stage 0) — where N + 1 (0 without a crossing)."""
     if crossings == 0:
         return 0
+    return crossings + 1 if _turns_back(schedule, pp, virtual_stages) else 2 * crossings
+
+
+@lru_cache(maxsize=512)
+def _turns_back(schedule: str, pp: int, virtual_stages: int) -> bool:
+    """Whether some chunk position's previous and next positions both sit on stages beyond one side of its own
+    (cached: the crossing table asks once per micro-batch count)."""
     order = get_schedule(schedule)
     stage_at = {order.chunk_stage(pp, virtual_stages, c, s): s for c in range(virtual_stages) for s in range(pp)}
     positions = [stage_at[k] for k in range(pp * virtual_stages)]
-    turns_back = any((a - s) * (b - s) > 0 for a, s, b in zip(positions, positions[1:], positions[2:], strict=False))
-    return crossings + 1 if turns_back else 2 * crossings
+    return any((a - s) * (b - s) > 0 for a, s, b in zip(positions, positions[1:], positions[2:], strict=False))
 
 
 def crossing_table(pv: PlanVars, pp_mode: cp_model.IntVar | None
