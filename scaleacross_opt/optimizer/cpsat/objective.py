@@ -423,7 +423,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     # per recompute mode: the (least, largest) forward share of a layer's F+B+W, and whether the plan's shape has it
     forward_shares = [(least, most, pv.shape.any_of(model, f"recompute={recompute.value}",
                                                     lambda shape, r=recompute: shape.recompute == r))
-                      for recompute, (least, most) in coeffs.layer_forward_shares.items()] if v_shaped else []
+                      for recompute, (least, most) in coeffs.layer_forward_shares.items()] if v_shaped or any(
+        get_schedule(name).splits_backward for name, _ in pv.schedule_chunks.values) else []
     v_head = _v_head_stage_wait(pv, head_stages, fastest, before_head, hops, forward_shares,
                                 (layers_before_head, gathers.light) if gathers else None) if v_shaped else None
     for (name, v), lit in zip(pv.schedule_chunks.values, pv.schedule_chunks.lits, strict=True):
@@ -458,8 +459,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                     model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops + chain
                               ).OnlyEnforceIf([lit, pp_dp, pv.used[b], when, *several_stages])
             continue
-        beta = int(SCALE * min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values)))
-        model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf(lit)
+        beta = min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values))
+        # β·Σ_{s<k} t_s is the chain's part of the stages' work. Where the backward is split, the stage's trailing
+        # W ops may hide the whole backward chain (a heavy LM-head stage defers more W than the chain holds B), so
+        # only the forward chain is sure: β at most the recompute mode's least forward share (zero-bubble's 1/3
+        # assumes T_F = T_B = T_W; under full recompute F is 0.25 of a layer: single-building ZB-H1 pp64, bound
+        # 10.44 s against a simulated 10.20 s before)
+        betas = ([(int(SCALE * min(beta, least)), [when]) for least, _, when in forward_shares]
+                 if schedule.splits_backward else [(int(SCALE * beta), [])])
+        for beta, when in betas:
+            model.Add(SCALE * pipeline >= SCALE * (m_head + hops) + beta * before_head).OnlyEnforceIf([lit, *when])
         if schedule.splits_backward:
             # the LM-head stage k (= pp − 1) ends its last B no sooner than m·t_k less the W ops it still runs
             # after it, and the stages before it add their F on the first micro-batch's chain and their B on
@@ -473,22 +482,23 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 if pp > 1 and counts:
                     model.Add(pipeline >= m_head + hops + before_less_w - max(counts) * head_w
                               ).OnlyEnforceIf([lit, pp_lit])
-        for b in range(len(buildings)):
+        for (beta, when), b in product(betas, range(len(buildings))):
             for mode_lit in whole:
                 model.Add(SCALE * pipeline >= SCALE * (m_regular + hops - 2 * coeffs.intra_hop_us)
-                          + beta * before_last_regular[b]).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages])
+                          + beta * before_last_regular[b]
+                          ).OnlyEnforceIf([lit, mode_lit, pv.used[b], *several_stages, *when])
             if two_stages:
                 # pp across: stage pp − 2 is the last used building's last regular stage when it holds two
                 # stages or more (m_layer_stage counts its layers less any trimming that reached it) …
                 model.Add(SCALE * pipeline >= SCALE * (m_layer_stage[b] + hops - 2 * coeffs.intra_hop_us)
                           + beta * before_last_regular[b]
-                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b]])
+                          ).OnlyEnforceIf([lit, pp_mode, products["last_used"][b], two_stages[b], *when])
                 # … and every other used building's last stage
                 model.Add(SCALE * pipeline >= SCALE * m_layer_stage[b] + beta * inner_last[False][b]).OnlyEnforceIf(
-                    [lit, pp_mode, pv.used[b], products["last_used"][b].Not()])
+                    [lit, pp_mode, pv.used[b], products["last_used"][b].Not(), *when])
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
-                          ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages])
+                          ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages, *when])
     holds_first = [[[mode_lit, pv.used[b]] for mode_lit in whole]  # building b holds a pipeline's first stage
                    + ([[pp_mode, products["first_used"][b]]] if pp_mode is not None else [])
                    for b in range(len(buildings))]
@@ -610,7 +620,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     step = _new(model, "step_us")
     model.Add(step >= pipeline + dp_exposed + optimizer + gather_exposed)
     _add_dp_stream_bound(pv, coeffs, step, v_chunks, _first_release_us(pv, least_passes, sync_layers, v_chunks),
-                         chunk_sync + extra, optimizer,
+                         pipeline + dp_exposed, chunk_sync + extra, optimizer,
                          OtherChunks(bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
                                      others_sync, other_layers, int(SCALE * ratio)),
                          int(SCALE * ratio) * chunk_sync + SCALE * extra, gathering)
@@ -684,7 +694,8 @@ def _first_release_us(pv: PlanVars, least: tuple[cp_model.IntVar, cp_model.IntVa
 
 def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar,
                          v_chunks: dict[int, cp_model.IntVar], release: cp_model.IntVar,
-                         first_chunk: cp_model.LinearExpr, optimizer: cp_model.IntVar, others: OtherChunks,
+                         synced: cp_model.LinearExpr, first_chunk: cp_model.LinearExpr, optimizer: cp_model.IntVar,
+                         others: OtherChunks,
                          first_gathers_x1000: cp_model.LinearExpr, gathering: list[cp_model.IntVar]) -> None:
     """ZeRO-0..2: the first stage's DP stream starts once it releases its first bucket (``release``,
     ``_first_release_us``), runs its chunks' buckets one after the other, then the optimizer
@@ -696,7 +707,11 @@ def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntV
     v − 1 others each sync and gather at least one bucket at ``others.latency`` (the collective's latency; the
     experts' too where every layer has them), and together their layers' sync (``others.sync_us``, one
     latency; gathers in the same ratio as the first chunk's) plus v − 2 more latencies. Binds where latency
-    or a slow ring dominates: flat rings over thousands of ranks across buildings."""
+    or a slow ring dominates: flat rings over thousands of ranks across buildings. The gathers also all start
+    after ``synced`` (the pipeline's end and the first chunk's exposed sync, when the optimizer may start at the
+    earliest), so with v ≥ 2 every chunk's gathers, not only the first's, run after it: binds where the other
+    chunks' gathers outlast one micro-batch's forward (chain Mixtral, DualPipe with DP across: 0.22 s of
+    gathers exposed against 0.18 s from the first chunk alone; simulated 0.27 s)."""
     model = pv.model
     zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
     spec = pv.instance.job.model_spec
@@ -712,8 +727,8 @@ def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntV
                          others.gather_ratio * others.sync_us + SCALE * (v - 2) * others.latency))
         for when, syncs, gathers_x1000 in rows:
             model.Add(step >= release + first_chunk + syncs + optimizer).OnlyEnforceIf([v_on, *when, *zero3])
-            for lit in gathering:
-                model.Add(SCALE * step >= SCALE * (release + first_chunk + syncs + optimizer - window) + gathers_x1000
+            for lit, start in product(gathering, (release + first_chunk + syncs, synced)):
+                model.Add(SCALE * step >= SCALE * (start + optimizer - window) + gathers_x1000
                           + first_gathers_x1000).OnlyEnforceIf([v_on, *when, lit])
 
 
