@@ -514,6 +514,26 @@ def test_the_first_stages_other_chunks_sync_their_layers_on_its_dp_stream(load_s
     assert 2.0 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
 
 
+def test_a_whole_v_pipelines_tip_syncs_both_chunks_after_its_last_weight_gradient(load_shipped_instance) -> None:
+    """DualPipe with DP across the four-building chain (whole pipelines of 8 stages, 7 layers each): the tip
+    (stage 7) releases its buckets within its last W ops, so its DP stream syncs all 7 layers' gradients after
+    them — two chunks, each a dense and an expert bucket or more, each paying the tree's latency over the
+    chain (0.32 s alone) — before the optimizer. The bound took only the first stage's first chunk's sync
+    after the pipeline (1.10 s, simulated 1.37 s)."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    plan = Plan.model_validate({
+        "tp": 4, "cp": 2, "pp": 8, "dp": 128, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
+        "schedule": "dualpipe", "recompute": "full", "zero_stage": 1, "tp_comm_overlap": True,
+        "network": {"intra_building": {**TREE_RING_NETWORK["intra_building"], "collective_algorithm": "ring"},
+                    "cross_building": {**TREE_RING_NETWORK["cross_building"], "collective_algorithm": "tree"}},
+        "placement": {"cross_building": "dp", "layers_per_stage": [7] * 8, "buildings": [
+            {"building": f"bldg-{name}", "dp_replicas": 32, "pp_stages": 8} for name in "abcd"]}})
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["v_whole_tip_layers"] == 7
+    assert values["v_whole_tip_sync_us"] >= 0.25e6
+    assert 1.15 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+
+
 def test_zero_bubble_chains_count_no_more_than_the_forward_chain(load_shipped_instance) -> None:
     """ZB-H1 on one building, pp 64 (48 stages of one layer, 16 of two), full recompute: the LM-head stage's
     deferred W ops (its two layers' and the head's, 64 of them) outlast the backward chain behind its last B,

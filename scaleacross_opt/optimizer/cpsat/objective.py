@@ -415,6 +415,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                      for name, stage_us in zip(pv.buildings, layer_stage_times, strict=True)] if two_stages else []
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
+    whole_tip_end = _new(model, "v_whole_tip_end_us")  # whole pipelines (none, dp): when a V's tip ends its last op
+    whole_tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # … and the W ops it runs after its last chunk-1 W
     split_chain = None
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
                                [coeffs.layer_weight_us[shape] for shape in pv.shape.values])
@@ -453,11 +455,15 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             for b, (least, _, when) in product(range(len(buildings)), forward_shares):
                 chain = int(SCALE * least) * before_last_regular[b]
                 for mode_lit in whole:
-                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_regular + SCALE * hops + chain
+                    model.Add(2 * SCALE * whole_tip_end >= 2 * SCALE * m_regular + SCALE * hops + chain
                               ).OnlyEnforceIf([lit, mode_lit, pv.used[b], when, *several_stages])
                 if pp_dp is not None:
                     model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops + chain
                               ).OnlyEnforceIf([lit, pp_dp, pv.used[b], when, *several_stages])
+            counts = {schedule.tip_trailing_weight_ops(pp, v, m) for pp in pv.pp.values if pp > 1
+                      for m in pv.microbatch_values if schedule.check(pp, v, m) is None}
+            if whole and counts and None not in counts:
+                whole_tip_syncs.append((lit, max(counts)))
             continue
         beta = min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values))
         # β·Σ_{s<k} t_s is the chain's part of the stages' work. Where the backward is split, the stage's trailing
@@ -499,6 +505,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
             if pp_dp is not None:
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages, *when])
+    model.Add(pipeline >= whole_tip_end)
     holds_first = [[[mode_lit, pv.used[b]] for mode_lit in whole]  # building b holds a pipeline's first stage
                    + ([[pp_mode, products["first_used"][b]]] if pp_mode is not None else [])
                    for b in range(len(buildings))]
@@ -537,6 +544,13 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                                                                   if bucket_layers is not None else [])
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
+    whole_tip_layers = None
+    if whole_tip_syncs:  # whole pipelines: the tip is each used building's last stage, ≥ timed_layers[b] layers
+        whole_tip_layers = _new(model, "v_whole_tip_layers", pv.instance.job.model_spec.layers)
+        model.AddMinEquality(whole_tip_layers, _layers_if_used(pv, "v_whole_tip_layers_if_used",
+                                                               pv.instance.job.model_spec.layers,
+                                                               products["timed_layers"]))
+        spans.append(("v_whole_tip_sync", whole_tip_layers, 1))
     other_layers = _new(model, "other_chunks_layers", pv.instance.job.model_spec.layers)
     model.Add(other_layers == sync_layers - chunk_layers)  # the first stage's other chunks, at least
     spans.append(("other_chunks_sync", other_layers, 1))
@@ -555,6 +569,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     others_sync = _new(model, "other_chunks_sync_us")
     model.Add(others_sync == last_bucket.pop() + _expert_chunk_sync(
         pv, coeffs, _chunk_moe_layers(pv, coeffs, other_layers, "other_chunks"), "other_chunks"))
+    whole_tip_sync = last_bucket.pop() if whole_tip_layers is not None else None
     tip_sync = last_bucket.pop() if tip_syncs else None
     # every gradient bucket of the first chunk but one pays the collective's latency again (sync and gather)
     extra, buckets = _more_buckets_latency(pv, coeffs, groups, chunk_layers, chunk_steps, bucket_latency)
@@ -633,11 +648,53 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         for lit, count in tip_syncs:
             model.Add(step >= tip_end - count * tip_weight + tip_sync + optimizer + gather_exposed
                       ).OnlyEnforceIf([lit, pp_mode, *not_zero3])
+    if whole_tip_sync is not None:
+        _add_whole_tip_sync(pv, coeffs, step, whole_tip_end, whole_tip_syncs, whole,
+                            (whole_tip_layers, whole_tip_sync, most_layers, layer_weight),
+                            (bucket_latency, expert_latency if coeffs.dense_layers == 0 else 0),
+                            optimizer + gather_exposed)
     for scaled_bytes, condition in nic_busy + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
     pv.terms.update(compute=compute, pipeline=pipeline, first_chunk_sync=chunk_sync, dp_exposed=dp_exposed,
                     gather_exposed=gather_exposed, optimizer=optimizer, step=step, t_max=t_max, t_regular=t_reg)
     return step
+
+
+def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar, tip_end: cp_model.IntVar,
+                        syncs: list[tuple[cp_model.IntVar, int]], whole: list[cp_model.IntVar],
+                        tip: tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar],
+                        latencies: tuple[cp_model.IntVar, cp_model.IntVar | int], after: cp_model.LinearExpr) -> None:
+    """V-shaped schedules with whole pipelines (none, dp: every stage's DP group is the first stage's): the tip
+    (the last stage, ≥ ``layers`` layers) releases its chunk 1's buckets within its last W1 and its chunk 0's
+    within the ``count`` chunk-0 W ops that alone follow it (``tip_trailing_weight_ops``), each W ≤ ⌈ℓ_max/2⌉
+    layers' W (``most`` the most layers a stage holds, ``weight`` a layer's largest W), so its DP stream
+    starts no sooner than ``tip_end`` − (count + 1)·W and then syncs all its layers (``sync``: the dense
+    gradients in one bucket, + the experts'), before the optimizer and the gathers (``after``):
+    T ≥ tip_end − (count + 1)·W + sync(tip) + after. Each chunk holding layers (both, from 2 layers on) syncs
+    its dense gradients in a bucket of its own, paying the collective's latency again (``latencies``: the dense
+    bucket's, and the experts', 0 where a chunk may hold dense layers only), ``cost.step.dp_buckets``. ZeRO-3
+    syncs layer by layer inside the backward: not bounded here. Binds where the tip's sync outlasts the V's
+    backward chain below it: chain Mixtral, DualPipe with DP across, 1.10 → 1.24 s of the simulated 1.37 s."""
+    layers, sync, most, weight = tip
+    model = pv.model
+    chunk = _new(model, "v_whole_tip_chunk_layers_at_most", pv.instance.job.model_spec.layers)
+    model.Add(2 * chunk >= most)  # ⌈ℓ_max/2⌉, pinned
+    model.Add(2 * chunk <= most + 1)
+    chunk_weight = _product(model, "v_whole_tip_chunk_weight_us", chunk, weight)
+    dense_latency, expert_latency = latencies
+    two = model.NewBoolVar("v_whole_tip_holds_2_layers")
+    model.Add(layers >= 2).OnlyEnforceIf(two)
+    model.Add(layers <= 1).OnlyEnforceIf(two.Not())
+    again = _new(model, "v_whole_tip_second_chunk_latency_us")
+    model.Add(again == dense_latency + expert_latency).OnlyEnforceIf(two)
+    model.Add(again == 0).OnlyEnforceIf(two.Not())
+    total = _new(model, "v_whole_tip_sync_us")
+    model.Add(total == sync + again + expert_latency + _expert_chunk_sync(
+        pv, coeffs, _chunk_moe_layers(pv, coeffs, layers, "v_whole_tip"), "v_whole_tip"))
+    not_zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
+    for (lit, count), mode_lit in product(syncs, whole):
+        model.Add(step >= tip_end - (count + 1) * chunk_weight + total + after).OnlyEnforceIf(
+            [lit, mode_lit, *not_zero3])
 
 
 @dataclass(frozen=True)
