@@ -514,6 +514,20 @@ def test_the_first_stages_other_chunks_sync_their_layers_on_its_dp_stream(load_s
     assert 2.0 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
 
 
+def test_the_first_stages_other_chunks_pay_their_expert_buckets_latency(load_shipped_instance) -> None:
+    """Interleaved 1F1B (two chunks a stage), pp+dp on the chain, an MoE model whose every layer has experts:
+    the first stage's second chunk syncs (and gathers) its expert gradients in a bucket of their own, paying
+    the expert ring's latency over the chain again (0.42 s of sync alone for that chunk, 0.34 s without it).
+    The DP stream bound counted that latency only for the chunks beyond the second: 1.88 s of the simulated
+    2.34 s, now 2.02 s."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    plan = _chain_dualpipe_zero1_plan().model_copy(update={
+        "schedule": "interleaved-1f1b", "micro_batch_size": 2, "recompute": "none",
+        "network": NetworkConfig.model_validate(TREE_RING_NETWORK)})
+    bound_s = plan_bound_s(instance, plan)
+    assert 1.95 <= bound_s <= simulate(instance, plan).step_time_s
+
+
 def test_a_whole_v_pipelines_tip_syncs_both_chunks_after_its_last_weight_gradient(load_shipped_instance) -> None:
     """DualPipe with DP across the four-building chain (whole pipelines of 8 stages, 7 layers each): the tip
     (stage 7) releases its buckets within its last W ops, so its DP stream syncs all 7 layers' gradients after

@@ -637,6 +637,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     _add_dp_stream_bound(pv, coeffs, step, v_chunks, _first_release_us(pv, least_passes, sync_layers, v_chunks),
                          pipeline + dp_exposed, chunk_sync + extra, optimizer,
                          OtherChunks(bucket_latency + (expert_latency if coeffs.dense_layers == 0 else 0),
+                                     expert_latency if coeffs.dense_layers == 0 else 0,
                                      others_sync, other_layers, int(SCALE * ratio)),
                          int(SCALE * ratio) * chunk_sync + SCALE * extra, gathering)
     if tip_sync is not None:
@@ -700,10 +701,12 @@ def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVa
 @dataclass(frozen=True)
 class OtherChunks:
     """The first stage's chunks but the first, for its DP stream: each syncs (and gathers) at least one bucket
-    paying ``latency``; together they sync ``layers`` layers (≥ 1 of them: ``sync_us``, which pays one
-    latency), their gathers ``gather_ratio`` ÷ SCALE of that."""
+    paying ``latency``; together they sync ``layers`` layers (≥ 1 of them: ``sync_us``, which pays one dense
+    latency but not ``expert_latency``, the one of the expert bucket of a chunk holding MoE layers: 0 unless
+    every layer is one), their gathers ``gather_ratio`` ÷ SCALE of that."""
 
     latency: cp_model.LinearExpr
+    expert_latency: cp_model.LinearExpr
     sync_us: cp_model.IntVar
     layers: cp_model.IntVar
     gather_ratio: int
@@ -763,12 +766,13 @@ def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntV
     (``first_chunk``, ``first_gathers_x1000`` × SCALE, under any of the ZeRO-1/2 literals ``gathering``); the
     v − 1 others each sync and gather at least one bucket at ``others.latency`` (the collective's latency; the
     experts' too where every layer has them), and together their layers' sync (``others.sync_us``, one
-    latency; gathers in the same ratio as the first chunk's) plus v − 2 more latencies. Binds where latency
-    or a slow ring dominates: flat rings over thousands of ranks across buildings. The gathers also all start
-    after ``synced`` (the pipeline's end and the first chunk's exposed sync, when the optimizer may start at the
-    earliest), so with v ≥ 2 every chunk's gathers, not only the first's, run after it: binds where the other
-    chunks' gathers outlast one micro-batch's forward (chain Mixtral, DualPipe with DP across: 0.22 s of
-    gathers exposed against 0.18 s from the first chunk alone; simulated 0.27 s)."""
+    latency, + one expert bucket's where every layer is MoE; gathers in the same ratio as the first chunk's)
+    plus v − 2 more latencies (chain Mixtral, interleaved 1F1B pp+dp: 1.88 → 2.02 s of the simulated 2.34 s).
+    Binds where latency or a slow ring dominates: flat rings over thousands of ranks across buildings. The
+    gathers also all start after ``synced`` (the pipeline's end and the first chunk's exposed sync, when the
+    optimizer may start at the earliest), so with v ≥ 2 every chunk's gathers, not only the first's, run after
+    it: binds where the other chunks' gathers outlast one micro-batch's forward (chain Mixtral, DualPipe with DP
+    across: 0.22 s of gathers exposed against 0.18 s from the first chunk alone; simulated 0.27 s)."""
     model = pv.model
     zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
     spec = pv.instance.job.model_spec
@@ -780,8 +784,9 @@ def _add_dp_stream_bound(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntV
     for v, v_on in v_chunks.items():
         rows = [([], (v - 1) * others.latency, SCALE * (v - 1) * others.latency)]
         if v >= 2:
-            rows.append(([held], others.sync_us + (v - 2) * others.latency,
-                         others.gather_ratio * others.sync_us + SCALE * (v - 2) * others.latency))
+            rows.append(([held], others.sync_us + others.expert_latency + (v - 2) * others.latency,
+                         others.gather_ratio * others.sync_us + SCALE * (others.expert_latency
+                                                                         + (v - 2) * others.latency)))
         for when, syncs, gathers_x1000 in rows:
             model.Add(step >= release + first_chunk + syncs + optimizer).OnlyEnforceIf([v_on, *when, *zero3])
             for lit, start in product(gathering, (release + first_chunk + syncs, synced)):
