@@ -548,6 +548,25 @@ def test_a_whole_v_pipelines_tip_syncs_both_chunks_after_its_last_weight_gradien
     assert 1.15 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
 
 
+def test_a_pp_dp_v_pipelines_tip_syncs_over_the_groups_last_buildings(load_shipped_instance) -> None:
+    """ZB-V over two groups of the chain ({a, b}, {c, d}), pp 16: the tip (stage 15, in b and d)
+    syncs both chunks after its last W ops over a ring joining the groups' last buildings (b–d), not the first
+    stage's (a–c): its own sync is bounded on that ring (0.45 s simulated on the tip's DP stream). The whole-
+    pipeline term does not apply (its ring is the first stage's); the bound was 1.13 s of 1.42 s."""
+    instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
+    plan = Plan.model_validate({
+        "tp": 1, "cp": 4, "pp": 16, "dp": 128, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
+        "schedule": "zb-v", "recompute": "none", "zero_stage": 1, "tp_comm_overlap": True,
+        "network": {"intra_building": {**TREE_RING_NETWORK["intra_building"], "collective_algorithm": "pat"},
+                    "cross_building": {**TREE_RING_NETWORK["cross_building"], "load_balancing": "ecmp"}},
+        "placement": {"cross_building": "pp+dp", "layers_per_stage": [4] + [3] * 8 + [4] * 7, "buildings": [
+            {"building": f"bldg-{name}", "group": group, "dp_replicas": 64, "pp_stages": 8}
+            for name, group in (("a", 0), ("b", 0), ("c", 1), ("d", 1))]}})
+    _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
+    assert values["v_pp_dp_tip_layers"] >= 3  # the placement family bounds b and d's stages below by 3
+    assert 1.17 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
+
+
 def test_zero_bubble_chains_count_no_more_than_the_forward_chain(load_shipped_instance) -> None:
     """ZB-H1 on one building, pp 64 (48 stages of one layer, 16 of two), full recompute: the LM-head stage's
     deferred W ops (its two layers' and the head's, 64 of them) outlast the backward chain behind its last B,

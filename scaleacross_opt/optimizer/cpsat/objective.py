@@ -416,6 +416,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     tip_end = _new(model, "v_tip_end_us")  # when the V's tip stage ends its last op (pp across)
     tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # (schedule, W ops after the tip's last chunk-1 W)
     whole_tip_end = _new(model, "v_whole_tip_end_us")  # whole pipelines (none, dp): when a V's tip ends its last op
+    pp_dp_tip_end = _new(model, "v_pp_dp_tip_end_us")  # … pipelines over a group of buildings (pp+dp)
     whole_tip_syncs: list[tuple[cp_model.IntVar, int]] = []  # … and the W ops it runs after its last chunk-1 W
     split_chain = None
     layer_weight = pv.shape.value_var(pv.model, "layer_weight_us",
@@ -458,11 +459,11 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                     model.Add(2 * SCALE * whole_tip_end >= 2 * SCALE * m_regular + SCALE * hops + chain
                               ).OnlyEnforceIf([lit, mode_lit, pv.used[b], when, *several_stages])
                 if pp_dp is not None:
-                    model.Add(2 * SCALE * pipeline >= 2 * SCALE * m_even_fastest[b] + SCALE * hops + chain
+                    model.Add(2 * SCALE * pp_dp_tip_end >= 2 * SCALE * m_even_fastest[b] + SCALE * hops + chain
                               ).OnlyEnforceIf([lit, pp_dp, pv.used[b], when, *several_stages])
             counts = {schedule.tip_trailing_weight_ops(pp, v, m) for pp in pv.pp.values if pp > 1
                       for m in pv.microbatch_values if schedule.check(pp, v, m) is None}
-            if whole and counts and None not in counts:
+            if (whole or pp_dp is not None) and counts and None not in counts:
                 whole_tip_syncs.append((lit, max(counts)))
             continue
         beta = min(1.0, bubble_factor(name, v, pv.pp.values, pv.microbatch_values))
@@ -506,6 +507,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
                 model.Add(SCALE * pipeline >= SCALE * m_even_fastest[b] + beta * before_last_regular[b]
                           ).OnlyEnforceIf([lit, pp_dp, pv.used[b], *several_stages, *when])
     model.Add(pipeline >= whole_tip_end)
+    model.Add(pipeline >= pp_dp_tip_end)
     holds_first = [[[mode_lit, pv.used[b]] for mode_lit in whole]  # building b holds a pipeline's first stage
                    + ([[pp_mode, products["first_used"][b]]] if pp_mode is not None else [])
                    for b in range(len(buildings))]
@@ -545,7 +547,7 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     if tip_syncs:
         spans.append(("v_tip_sync", v_tip.layers, 1))
     whole_tip_layers = None
-    if whole_tip_syncs:  # whole pipelines: the tip is each used building's last stage, ≥ timed_layers[b] layers
+    if whole_tip_syncs and whole:  # whole pipelines: the tip is each used building's last stage, ≥ timed_layers[b]
         whole_tip_layers = _new(model, "v_whole_tip_layers", pv.instance.job.model_spec.layers)
         model.AddMinEquality(whole_tip_layers, _layers_if_used(pv, "v_whole_tip_layers_if_used",
                                                                pv.instance.job.model_spec.layers,
@@ -649,10 +651,16 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         for lit, count in tip_syncs:
             model.Add(step >= tip_end - count * tip_weight + tip_sync + optimizer + gather_exposed
                       ).OnlyEnforceIf([lit, pp_mode, *not_zero3])
+    moe_only = coeffs.dense_layers == 0
+    tip_cases = []  # (name, the tip's end, its modes, its layers, its dense sync in a bucket, dense, expert latency)
     if whole_tip_sync is not None:
-        _add_whole_tip_sync(pv, coeffs, step, whole_tip_end, whole_tip_syncs, whole,
-                            (whole_tip_layers, whole_tip_sync, most_layers, layer_weight),
-                            (bucket_latency, expert_latency if coeffs.dense_layers == 0 else 0),
+        tip_cases.append(("v_whole_tip", whole_tip_end, whole, whole_tip_layers, whole_tip_sync, bucket_latency,
+                          expert_latency if moe_only else 0))
+    if whole_tip_syncs and pp_dp is not None:
+        tip_cases.append(_pp_dp_tip(pv, coeffs, pp_dp_tip_end, pp_dp, products["timed_layers"],
+                                    (successors, inter_group, groups, inner, tree_ring), moe_only))
+    if tip_cases:
+        _add_whole_tip_sync(pv, coeffs, step, tip_cases, whole_tip_syncs, (most_layers, layer_weight),
                             optimizer + gather_exposed)
     for scaled_bytes, condition in nic_busy + route_busy:
         model.Add(SCALE * step >= scaled_bytes).OnlyEnforceIf(condition)
@@ -661,12 +669,41 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     return step
 
 
-def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar, tip_end: cp_model.IntVar,
-                        syncs: list[tuple[cp_model.IntVar, int]], whole: list[cp_model.IntVar],
-                        tip: tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar],
-                        latencies: tuple[cp_model.IntVar, cp_model.IntVar | int], after: cp_model.LinearExpr) -> None:
-    """V-shaped schedules with whole pipelines (none, dp: every stage's DP group is the first stage's): the tip
-    (the last stage, ≥ ``layers`` layers) releases its chunk 1's buckets within its last W1 and its chunk 0's
+def _pp_dp_tip(pv: PlanVars, coeffs: Coefficients, tip_end: cp_model.IntVar, pp_dp: cp_model.IntVar,
+               timed_layers: list[cp_model.IntVar], ring: tuple, moe_only: bool) -> tuple:
+    """pp+dp: the V's tip is the last stage, in each group's last building b (≥ ``timed_layers[b]`` layers), and
+    its DP ring joins those last buildings (not the first stage's first ones): its sync priced on that ring's
+    edges and slowest hop (``_add_whole_tip_sync``'s case)."""
+    model = pv.model
+    successors, inter_group, groups, inner, tree_ring = ring
+    total = pv.instance.job.model_spec.layers
+    closes = _group_ends(pv, last=True)
+    held = []
+    for b, name in enumerate(pv.buildings):
+        var = model.NewIntVar(0, total, f"v_pp_dp_tip_layers_if_last[{name}]")
+        model.Add(var == timed_layers[b]).OnlyEnforceIf(closes[b])
+        model.Add(var == total).OnlyEnforceIf(closes[b].Not())
+        held.append(var)
+    layers = _new(model, "v_pp_dp_tip_layers", total)
+    model.AddMinEquality(layers, held)
+    edges = successors + _cyclic_successors(pv, closes, "last_stage_ring", [])
+    hop = _ring_hop_us(pv, coeffs, edges, "last_stage_dp_ring_hop_us", inter_group)
+    latency = _new(model, "v_pp_dp_tip_bucket_latency_us")
+    (sync,) = _add_dp_sync(pv, coeffs, edges, inter_group, hop, groups, [("v_pp_dp_tip_sync", layers, 1)], latency,
+                           inner, tree_ring)
+    experts = (_expert_bucket_latency(pv, coeffs, groups, hop, tree_ring, [pp_dp], "v_pp_dp_tip_expert_latency_us")
+               if moe_only and coeffs.model_expert_param_mib > 0 and pv.cross_algorithm is not None
+               and max(pv.space.ep) > 1 else 0)
+    return "v_pp_dp_tip", tip_end, [pp_dp], layers, sync, latency, experts
+
+
+def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVar, cases: list[tuple],
+                        syncs: list[tuple[cp_model.IntVar, int]], tip: tuple[cp_model.IntVar, cp_model.IntVar],
+                        after: cp_model.LinearExpr) -> None:
+    """V-shaped schedules whose pipelines are not split at the building boundaries alone (none and dp: every
+    stage's DP ring is the first stage's; pp+dp: ``_pp_dp_tip``); ``cases`` per kind: (a name, ``tip_end``, its
+    mode literals, ``layers``, ``sync``, the dense and the expert latency). The tip (the last stage, ≥ ``layers``
+    layers) releases its chunk 1's buckets within its last W1 and its chunk 0's
     within the ``count`` chunk-0 W ops that alone follow it (``tip_trailing_weight_ops``), each W ≤ ⌈ℓ_max/2⌉
     layers' W (``most`` the most layers a stage holds, ``weight`` a layer's largest W), so its DP stream
     starts no sooner than ``tip_end`` − (count + 1)·W and then syncs all its layers (``sync``: the dense
@@ -676,26 +713,26 @@ def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVa
     bucket's, and the experts', 0 where a chunk may hold dense layers only), ``cost.step.dp_buckets``. ZeRO-3
     syncs layer by layer inside the backward: not bounded here. Binds where the tip's sync outlasts the V's
     backward chain below it: chain Mixtral, DualPipe with DP across, 1.10 → 1.24 s of the simulated 1.37 s."""
-    layers, sync, most, weight = tip
+    most, weight = tip
     model = pv.model
     chunk = _new(model, "v_whole_tip_chunk_layers_at_most", pv.instance.job.model_spec.layers)
     model.Add(2 * chunk >= most)  # ⌈ℓ_max/2⌉, pinned
     model.Add(2 * chunk <= most + 1)
     chunk_weight = _product(model, "v_whole_tip_chunk_weight_us", chunk, weight)
-    dense_latency, expert_latency = latencies
-    two = model.NewBoolVar("v_whole_tip_holds_2_layers")
-    model.Add(layers >= 2).OnlyEnforceIf(two)
-    model.Add(layers <= 1).OnlyEnforceIf(two.Not())
-    again = _new(model, "v_whole_tip_second_chunk_latency_us")
-    model.Add(again == dense_latency + expert_latency).OnlyEnforceIf(two)
-    model.Add(again == 0).OnlyEnforceIf(two.Not())
-    total = _new(model, "v_whole_tip_sync_us")
-    model.Add(total == sync + again + expert_latency + _expert_chunk_sync(
-        pv, coeffs, _chunk_moe_layers(pv, coeffs, layers, "v_whole_tip"), "v_whole_tip"))
     not_zero3 = [pv.zero.lit(3).Not()] if 3 in pv.zero.values else []
-    for (lit, count), mode_lit in product(syncs, whole):
-        model.Add(step >= tip_end - (count + 1) * chunk_weight + total + after).OnlyEnforceIf(
-            [lit, mode_lit, *not_zero3])
+    for tag, tip_end, modes, layers, sync, dense_latency, expert_latency in cases:
+        two = model.NewBoolVar(f"{tag}_holds_2_layers")
+        model.Add(layers >= 2).OnlyEnforceIf(two)
+        model.Add(layers <= 1).OnlyEnforceIf(two.Not())
+        again = _new(model, f"{tag}_second_chunk_latency_us")
+        model.Add(again == dense_latency + expert_latency).OnlyEnforceIf(two)
+        model.Add(again == 0).OnlyEnforceIf(two.Not())
+        total = _new(model, f"{tag}_sync_us")
+        model.Add(total == sync + again + expert_latency + _expert_chunk_sync(
+            pv, coeffs, _chunk_moe_layers(pv, coeffs, layers, tag), tag))
+        for (lit, count), mode_lit in product(syncs, modes):
+            model.Add(step >= tip_end - (count + 1) * chunk_weight + total + after).OnlyEnforceIf(
+                [lit, mode_lit, *not_zero3])
 
 
 @dataclass(frozen=True)
@@ -1555,24 +1592,31 @@ def _ring_successors(pv: PlanVars) -> RingEdges:
     return _cyclic_successors(pv, pv.used, "ring", [pv.mode.lit(CrossBuilding.DP)])
 
 
+def _group_ends(pv: PlanVars, last: bool) -> list[cp_model.IntVar]:
+    """pp+dp, per building: exactly "it opens its group" (``last``: "it closes it"). A group chains its buildings
+    in cluster order, so stage 0 is its first building's and its last stage its last building's."""
+    model, member = pv.model, pv.member
+    end, verb = ("last", "closes") if last else ("first", "opens")
+    ends = []
+    for b, name in enumerate(pv.buildings):
+        others = range(b + 1, len(pv.buildings)) if last else range(b)
+        flag = model.NewBoolVar(f"{end}_of_its_group[{name}]")
+        lits = []
+        for g in range(len(pv.group_replicas)):
+            lit = model.NewBoolVar(f"{verb}_group[{name}][{g}]")
+            model.AddBoolAnd([member[b][g], *[member[c][g].Not() for c in others]]).OnlyEnforceIf(lit)
+            model.AddBoolOr([member[b][g].Not(), *[member[c][g] for c in others], lit])
+            lits.append(lit)
+        model.AddMaxEquality(flag, lits)
+        ends.append(flag)
+    return ends
+
+
 def _first_stage_ring_edges(pv: PlanVars) -> RingEdges:
-    """pp+dp: the edges of the first stage's DP ring. A group chains its buildings in cluster order, so stage
-    0 is its first building's; the ring joins those first buildings in list order."""
+    """pp+dp: the edges of the first stage's DP ring, which joins the groups' first buildings in list order."""
     if not pv.group_replicas:
         return []
-    model, member = pv.model, pv.member
-    firsts = []
-    for b, name in enumerate(pv.buildings):
-        first = model.NewBoolVar(f"first_of_its_group[{name}]")  # exactly: b opens its group
-        opens = []
-        for g in range(len(pv.group_replicas)):
-            lit = model.NewBoolVar(f"opens_group[{name}][{g}]")
-            model.AddBoolAnd([member[b][g], *[member[c][g].Not() for c in range(b)]]).OnlyEnforceIf(lit)
-            model.AddBoolOr([member[b][g].Not(), *[member[c][g] for c in range(b)], lit])
-            opens.append(lit)
-        model.AddMaxEquality(first, opens)
-        firsts.append(first)
-    return _cyclic_successors(pv, firsts, "first_stage_ring", [])
+    return _cyclic_successors(pv, _group_ends(pv, last=False), "first_stage_ring", [])
 
 
 def _inter_group_pairs(pv: PlanVars) -> dict[tuple[int, int], cp_model.IntVar]:
@@ -1889,7 +1933,18 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
     for (factor, d), size in sizes.items():
         model.Add(size * buckets >= chunk_kiloparams).OnlyEnforceIf(
             [pv.bucket.lit(factor), dict(groups)[d], *[lit.Not() for lit in zero3]])
-    latency = _new(model, "expert_bucket_latency_us")
+    latency = _expert_bucket_latency(pv, coeffs, groups, ring_hop, tree_ring, crossing, "expert_bucket_latency_us")
+    return _product(model, "expert_buckets*latency_us", buckets, latency), latency
+
+
+def _expert_bucket_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, ring_hop: cp_model.IntVar,
+                           tree_ring: list[cp_model.IntVar] | None, crossing: list[cp_model.IntVar], name: str
+                           ) -> cp_model.IntVar:
+    """The latency (µs) of one expert-gradient bucket's collective where DP crosses buildings (any of
+    ``crossing``): ``_sync_steps`` over the e = dp·cp/ep expert-data-parallel ranks × the ring's slowest hop
+    (``ring_hop``; ``tree_ring``: ``_tree_runs_ring``), 0 under algorithms whose steps count buildings."""
+    model = pv.model
+    latency = _new(model, name)
     for algorithm, alg_lit in zip(pv.cross_algorithm.values, pv.cross_algorithm.lits, strict=True):
         steps = coeffs.cross_algorithm_steps[algorithm]
         if steps == "buildings":
@@ -1902,7 +1957,7 @@ def _expert_buckets_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups
                     continue
                 for mode_lit in crossing:
                     model.Add(latency >= count * ring_hop).OnlyEnforceIf([mode_lit, alg_lit, d_lit, ep_lit, *also])
-    return _product(model, "expert_buckets*latency_us", buckets, latency), latency
+    return latency
 
 
 def _add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
