@@ -554,14 +554,9 @@ def test_a_pp_dp_v_pipelines_tip_syncs_over_the_groups_last_buildings(load_shipp
     stage's (a–c): its own sync is bounded on that ring (0.45 s simulated on the tip's DP stream). The whole-
     pipeline term does not apply (its ring is the first stage's); the bound was 1.13 s of 1.42 s."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
-    plan = Plan.model_validate({
-        "tp": 1, "cp": 4, "pp": 16, "dp": 128, "ep": 4, "virtual_stages": 2, "micro_batch_size": 1,
-        "schedule": "zb-v", "recompute": "none", "zero_stage": 1, "tp_comm_overlap": True,
-        "network": {"intra_building": {**TREE_RING_NETWORK["intra_building"], "collective_algorithm": "pat"},
-                    "cross_building": {**TREE_RING_NETWORK["cross_building"], "load_balancing": "ecmp"}},
-        "placement": {"cross_building": "pp+dp", "layers_per_stage": [4] + [3] * 8 + [4] * 7, "buildings": [
-            {"building": f"bldg-{name}", "group": group, "dp_replicas": 64, "pp_stages": 8}
-            for name, group in (("a", 0), ("b", 0), ("c", 1), ("d", 1))]}})
+    plan = _chain_two_group_plan({"tp": 1, "cp": 4, "pp": 16, "dp": 128, "ep": 4, "virtual_stages": 2,
+                                  "micro_batch_size": 1, "schedule": "zb-v", "recompute": "none", "zero_stage": 1},
+                                 [4] + [3] * 8 + [4] * 7)
     _, values = fixed_plan_solution(instance, prune_space(instance, design_space(instance)), plan)
     assert values["v_pp_dp_tip_layers"] >= 3  # the placement family bounds b and d's stages below by 3
     assert 1.17 <= values["step_us"] * 1e-6 <= simulate(instance, plan).step_time_s
