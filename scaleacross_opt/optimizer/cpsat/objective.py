@@ -709,10 +709,11 @@ def _add_whole_tip_sync(pv: PlanVars, coeffs: Coefficients, step: cp_model.IntVa
     starts no sooner than ``tip_end`` − (count + 1)·W and then syncs all its layers (``sync``: the dense
     gradients in one bucket, + the experts'), before the optimizer and the gathers (``after``):
     T ≥ tip_end − (count + 1)·W + sync(tip) + after. Each chunk holding layers (both, from 2 layers on) syncs
-    its dense gradients in a bucket of its own, paying the collective's latency again (``latencies``: the dense
-    bucket's, and the experts', 0 where a chunk may hold dense layers only), ``cost.step.dp_buckets``. ZeRO-3
-    syncs layer by layer inside the backward: not bounded here. Binds where the tip's sync outlasts the V's
-    backward chain below it: chain Mixtral, DualPipe with DP across, 1.10 → 1.24 s of the simulated 1.37 s."""
+    its dense gradients in a bucket of its own, paying the collective's latency again (the case's dense
+    latency; its expert latency too, 0 where a chunk may hold dense layers only), ``cost.step.dp_buckets``.
+    ZeRO-3 syncs layer by layer inside the backward: not bounded here. Binds where the tip's sync outlasts the
+    V's backward chain below it: chain Mixtral, DualPipe with DP across 1.10 → 1.17 s of the simulated 1.37 s,
+    ZB-V pp+dp 1.13 → 1.19 s of 1.42 s."""
     most, weight = tip
     model = pv.model
     chunk = _new(model, "v_whole_tip_chunk_layers_at_most", pv.instance.job.model_spec.layers)
