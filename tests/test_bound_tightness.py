@@ -14,7 +14,7 @@ import pytest
 from scaleacross_opt.optimizer.coefficients import build_coefficients, prune_space
 from scaleacross_opt.optimizer.cpsat.build import build_model
 from scaleacross_opt.optimizer.cpsat.extract import plan_assignment
-from scaleacross_opt.optimizer.cpsat.objective import fewest_cut_crossings
+from scaleacross_opt.optimizer.cpsat.pipeline_chains import fewest_cut_crossings
 from scaleacross_opt.optimizer.neighbourhood import place, random_plan
 from scaleacross_opt.optimizer.refine import plan_bound_us
 from scaleacross_opt.optimizer.space import design_space
@@ -120,12 +120,12 @@ def test_a_stage_past_the_dense_layers_is_priced_at_its_moe_layers(load_shipped_
 def test_zero3_gathers_shard_experts_over_the_expert_data_parallel_group() -> None:
     """Non-expert weights are gathered over the dp·cp ranks, experts over dp·cp/ep: when ep = dp·cp every
     rank holds its experts whole and gathers none of them (charging them would break the lower bound)."""
-    from scaleacross_opt.optimizer.cpsat.objective import _gather_pairs_us
+    from scaleacross_opt.optimizer.cpsat.zero3 import gather_pairs_us
 
     pairs = ((10.0, 100.0),)  # µs of (non-expert, expert) weights at the n = 2 ring volume
-    assert _gather_pairs_us(pairs, ep=8, d=8) == [2 * 7 / 8 * 10.0]
-    assert _gather_pairs_us(pairs, ep=2, d=8) == [2 * 7 / 8 * 10.0 + 2 * 3 / 4 * 100.0]
-    assert _gather_pairs_us(pairs, ep=1, d=1) == [0.0]
+    assert gather_pairs_us(pairs, ep=8, d=8) == [2 * 7 / 8 * 10.0]
+    assert gather_pairs_us(pairs, ep=2, d=8) == [2 * 7 / 8 * 10.0 + 2 * 3 / 4 * 100.0]
+    assert gather_pairs_us(pairs, ep=1, d=1) == [0.0]
 
 
 def test_v_shaped_pipelines_across_buildings_bound_the_chain_to_the_tip(load_shipped_instance) -> None:
@@ -470,7 +470,7 @@ def test_flat_rings_over_a_chain_of_buildings_pay_its_slowest_hop_per_step(load_
 
 
 def test_a_dp_ring_out_of_cluster_order_is_not_bounded_as_one_in_order(load_shipped_instance) -> None:
-    """The model's DP ring visits the used buildings in cluster order (``_ring_successors``); a plan listing them
+    """The model's DP ring visits the used buildings in cluster order (``ring_successors``); a plan listing them
     in another order rings differently (its slowest hop can be shorter: a-b-d-c on the chain, 260 µs, not 360),
     so it maps to no assignment (simulated, not bounded) instead of taking the in-order ring's bound."""
     instance = load_shipped_instance("chain-four-buildings-mixtral-8x22b")
@@ -1190,7 +1190,7 @@ def test_moe_layer_gathers_across_buildings(load_shipped_instance) -> None:
 
 def test_the_first_stages_dp_stream_starts_once_it_releases_its_first_bucket(load_shipped_instance) -> None:
     """The chain DualPipe plan above: stage 0's DP stream cannot start before micro-batch m − 1's backward of a
-    chunk, which follows all 2m forwards and that chunk's m − 1 earlier backwards (``_first_release_us``). The
+    chunk, which follows all 2m forwards and that chunk's m − 1 earlier backwards (``first_release_us``). The
     bound of that start lies under the simulator's first sync of stage 0 (and above half of it), and lifts the
     plan's bound from 0.71 to 0.84 of its simulated step."""
     from scaleacross_opt.cost.step import build_workload

@@ -277,7 +277,7 @@ def test_critical_path_ops_of_the_window_schedule() -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_each_stage_runs_a_chunks_ops_of_one_kind_in_micro_batch_order(name: str) -> None:
     """The CP-SAT bound of when the first stage releases its first gradient bucket
-    (``optimizer.cpsat.objective._first_release_us``) counts the m forwards of each chunk and the m − 1 earlier
+    (``optimizer.cpsat.dp_sync.first_release_us``) counts the m forwards of each chunk and the m − 1 earlier
     backwards of the releasing chunk before its last backward: it rests on every stage running one chunk's F (B,
     W) ops in micro-batch order, in the fixed orders and in those built for other F:B:W durations."""
     schedule = get_schedule(name)

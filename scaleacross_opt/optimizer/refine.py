@@ -49,7 +49,7 @@ from ..spec import CrossBuilding, Plan
 from ..validation.plan_checks import validate_plan
 from .cpsat.crossings import CrossingCuts
 from .cpsat.extract import add_nogood, identity_vars, plan_assignment, plan_of
-from .cpsat.objective import HORIZON_US
+from .cpsat.terms import HORIZON_US
 from .cpsat.variables import PlanVars
 from .local_search import Candidate, climb, kick
 from .neighbourhood import other_dimensions

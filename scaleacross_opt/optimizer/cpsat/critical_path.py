@@ -2,7 +2,7 @@
 
 Each stage runs its ops in order and an op waits for the op whose output it needs, so the simulated pipeline
 lasts at least as long as any path of the step's op graph, transfers and waits only adding to it. Every F op of
-any stage and chunk lasts at least F_min, every B op at least B_min (``objective._least_ops``: the fewest layers a
+any stage and chunk lasts at least F_min, every B op at least B_min (``pipeline_chains.least_ops``: the fewest layers a
 chunk holds at the least per-layer pass of any building), so a path holding n_F forward and n_B backward ops
 gives
 

@@ -6,7 +6,7 @@ durations and transfer bytes only add to it. The simulated pipeline ends no soon
     pipeline ≥ N · λ + n_ops · op_min,   N = min over boundary positions j of the most crossings of j on one path,
 with n_ops the F and B ops such a path must run between and around its crossings (``ops_between_crossings``: 2N,
 or N + 1 where an op can send back across the boundary it received over), op_min the least F or B op of any
-stage and chunk (``objective._least_ops``), λ the cheapest one-way latency between two buildings for the plan's
+stage and chunk (``pipeline_chains.least_ops``), λ the cheapest one-way latency between two buildings for the plan's
 cross-building transport (``Coefficients.cross_hop_us``) and the minimum over every op order the simulator may
 run for the plan. Across a WAN this dominates: a 1F1B-like order pays about one crossing per micro-batch, not one
 per pipeline fill (1F1B: 2·max(1, ⌊(m + c − p)/2⌋ + 1) crossings of the boundary after c stages; cross-region

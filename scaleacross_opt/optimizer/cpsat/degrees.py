@@ -10,6 +10,7 @@ from ortools.sat.python import cp_model
 
 from ...cost.memory import stage_in_flight
 from ...schedules import get_schedule
+from .terms import exact_product
 from .variables import PlanVars
 
 IN_FLIGHT_SCALE = 100  # in-flight micro-batches are tabulated ×100 to stay integral
@@ -43,25 +44,19 @@ def in_flight_row(name: str, pp: int, v: int, m: int) -> tuple[int, int, int]:
     return worst, min(flights), max(0, decline)
 
 
-def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int) -> cp_model.IntVar:
-    out = model.NewIntVar(0, upper, name)
-    model.AddMultiplicationEquality(out, [a, b])
-    return out
-
-
 def add_degree_constraints(pv: PlanVars) -> InFlight:
     """Post the degree constraints; returns the activations in flight of the chosen schedule."""
     model, instance = pv.model, pv.instance
     n = instance.num_gpus
     gbs = instance.job.global_batch_size
-    tc = _product(model, "tp*cp", pv.tp_var, pv.cp_var, n)
-    replica = _product(model, "tp*cp*pp", tc, pv.pp_var, n)
+    tc = exact_product(model, "tp*cp", pv.tp_var, pv.cp_var, n)
+    replica = exact_product(model, "tp*cp*pp", tc, pv.pp_var, n)
     model.AddMultiplicationEquality(n, [replica, pv.dp_var])
-    dp_mbs = _product(model, "dp*mbs", pv.dp_var, pv.micro_batch_var, gbs)
+    dp_mbs = exact_product(model, "dp*mbs", pv.dp_var, pv.micro_batch_var, gbs)
     model.AddMultiplicationEquality(gbs, [pv.microbatches, dp_mbs])
     # EP groups are made of dp·cp ranks.
     if max(pv.space.ep) > 1:
-        dpcp = _product(model, "dp*cp", pv.dp_var, pv.cp_var, n)
+        dpcp = exact_product(model, "dp*cp", pv.dp_var, pv.cp_var, n)
         model.AddModuloEquality(0, dpcp, pv.ep_var)
     # The shape literal is the conjunction of its parts: each part's literal is the sum of its shapes.
     shapes = pv.shape.values

@@ -35,16 +35,10 @@ from ...spec import CrossBuilding
 from ..coefficients import Coefficients
 from .degrees import IN_FLIGHT_SCALE, InFlight
 from .placement import dense_cap
+from .terms import exact_product, upper_bound
 from .variables import PlanVars
 
 KIB_FRACTION = 1024  # the DP-sharded state is tabulated in 1/1024 KiB: it can be tiny per layer at scale
-
-
-def _product(model: cp_model.CpModel, name: str, a: cp_model.IntVar, b: cp_model.IntVar, upper: int
-             ) -> cp_model.IntVar:
-    out = model.NewIntVar(0, max(upper, 0), name)
-    model.AddMultiplicationEquality(out, [a, b])
-    return out
 
 
 def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlight,
@@ -89,8 +83,8 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
             model.Add(before == 0)
         flight = model.NewIntVar(0, in_flight.worst_max, f"first_stage_in_flight_x100[{name}]")
         model.Add(flight >= in_flight.least)
-        model.Add(flight >= in_flight.worst - _product(model, f"in_flight_decline*stages_before[{name}]",
-                                                       in_flight.decline, before, in_flight.decline_max * max_pp)
+        model.Add(flight >= in_flight.worst - exact_product(model, f"in_flight_decline*stages_before[{name}]",
+                                                            in_flight.decline, before, in_flight.decline_max * max_pp)
                   ).OnlyEnforceIf(v_shape.Not())
         # KiB: activations/100 + whole·1000/1024 + sharded/1024 ≤ capacity. Each term alone must fit (an unused
         # building holds no layers, so all are 0 there): capping each product's domain at what fits keeps the
@@ -100,20 +94,20 @@ def add_memory_constraints(pv: PlanVars, coeffs: Coefficients, in_flight: InFlig
         def held(label: str, count: cp_model.IntVar, per_layer_act: cp_model.IntVar, per_layer_params: cp_model.IntVar,
                  flight: cp_model.IntVar, flight_max: int, name: str = name, limit: int = limit) -> cp_model.LinearExpr:
             """1024·activations + 100·1000·whole state of ``count`` layers at these per-layer figures."""
-            act_top, param_top = _upper(per_layer_act), _upper(per_layer_params)
-            in_flight_layers = _product(model, f"inflight*{label}[{name}]", flight, count, flight_max * layers)
-            activations = _product(model, f"{label}_act_kib_x100[{name}]", in_flight_layers, per_layer_act,
-                                   min(flight_max * layers * act_top, limit // 1024))
-            params = _product(model, f"{label}_kiloparams[{name}]", count, per_layer_params, layers * param_top)
-            whole = _product(model, f"{label}_whole_state_kilobytes[{name}]", params, bytes_per_param,
-                             min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
+            act_top, param_top = upper_bound(per_layer_act), upper_bound(per_layer_params)
+            in_flight_layers = exact_product(model, f"inflight*{label}[{name}]", flight, count, flight_max * layers)
+            activations = exact_product(model, f"{label}_act_kib_x100[{name}]", in_flight_layers, per_layer_act,
+                                        min(flight_max * layers * act_top, limit // 1024))
+            params = exact_product(model, f"{label}_kiloparams[{name}]", count, per_layer_params, layers * param_top)
+            whole = exact_product(model, f"{label}_whole_state_kilobytes[{name}]", params, bytes_per_param,
+                                  min(layers * param_top * max(whole_bytes), limit // (IN_FLIGHT_SCALE * 1000)))
             return 1024 * activations + IN_FLIGHT_SCALE * 1000 * whole
 
         def sharded(label: str, count: cp_model.IntVar, name: str = name, limit: int = limit) -> cp_model.IntVar:
             """The DP-sharded state of ``count`` layers, 1/1024 KiB (an MoE layer's is at least this)."""
-            count_pp = _product(model, f"{label}_layers*pp[{name}]", count, pv.pp_var, max_pp * layers)
-            return _product(model, f"{label}_sharded_kib_x1024[{name}]", count_pp, sharded_per,
-                            min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
+            count_pp = exact_product(model, f"{label}_layers*pp[{name}]", count, pv.pp_var, max_pp * layers)
+            return exact_product(model, f"{label}_sharded_kib_x1024[{name}]", count_pp, sharded_per,
+                                 min(max_pp * layers * max(shard_weights), limit // IN_FLIGHT_SCALE))
 
         def stage_total(label: str, count: cp_model.IntVar, flight: cp_model.IntVar, flight_max: int,
                         index: cp_model.IntVar | int, name: str = name) -> cp_model.LinearExpr:
@@ -171,7 +165,7 @@ def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
             model.Add(index == pv.pp_var - 1).OnlyEnforceIf(pp_mode.Not())
         else:
             model.Add(index == pv.pp_var - 1)
-        grown = _product(model, f"in_flight_growth*index[{name}]", per_stage, index, max(growth) * max_pp)
+        grown = exact_product(model, f"in_flight_growth*index[{name}]", per_stage, index, max(growth) * max_pp)
         flight = model.NewIntVar(0, in_flight.worst_max, f"last_stage_in_flight_x100[{name}]")
         model.AddMinEquality(flight, [in_flight.worst, in_flight.least + grown])
         regular = model.NewBoolVar(f"last_stage_regular[{name}]")  # not the LM-head stage alone
@@ -179,7 +173,3 @@ def _v_last_stages(pv: PlanVars, in_flight: InFlight, v_shape: cp_model.IntVar
         model.Add(pv.stages[b] <= pv.head[b]).OnlyEnforceIf(regular.Not())
         out.append((flight, index, [pv.used[b], regular, v_shape, *not_pp_dp, *several_stages]))
     return out
-
-
-def _upper(var: cp_model.IntVar) -> int:
-    return var.domain.max()

@@ -25,13 +25,8 @@ from ortools.sat.python import cp_model
 from ...cost.compute import LayerKind, layer_kinds
 from ...schedules import get_schedule
 from ...spec import CrossBuilding
+from .terms import exact_product
 from .variables import PlanVars
-
-
-def _product(model: cp_model.CpModel, name: str, a, b, upper: int) -> cp_model.IntVar:
-    out = model.NewIntVar(0, upper, name)
-    model.AddMultiplicationEquality(out, [a, b])
-    return out
 
 
 def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
@@ -51,13 +46,13 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(var >= 1).OnlyEnforceIf(used)
             model.Add(var == 0).OnlyEnforceIf(used.Not())
         model.Add(ell >= pv.virtual_var).OnlyEnforceIf(used)
-        grid = _product(model, f"grid[{building.name}]", d, s, building.num_gpus)
-        gpus = _product(model, f"gpus[{building.name}]", grid, tc, building.num_gpus)
+        grid = exact_product(model, f"grid[{building.name}]", d, s, building.num_gpus)
+        gpus = exact_product(model, f"gpus[{building.name}]", grid, tc, building.num_gpus)
         model.Add(gpus <= building.num_gpus)
         if max(pv.space.ep) > 1:
-            ranks = _product(model, f"epranks[{building.name}]", d, pv.cp_var, building.num_gpus)
+            ranks = exact_product(model, f"epranks[{building.name}]", d, pv.cp_var, building.num_gpus)
             model.AddModuloEquality(0, ranks, pv.ep_var)
-        layer_slots.append(_product(model, f"slots[{building.name}]", s, ell, max_pp * total_layers))
+        layer_slots.append(exact_product(model, f"slots[{building.name}]", s, ell, max_pp * total_layers))
         pipeline_whole = [modes.lit(m) for m in modes.values if m not in (CrossBuilding.PP, CrossBuilding.PP_DP)]
         if pipeline_whole:
             whole = model.NewBoolVar(f"whole[{building.name}]")
@@ -90,7 +85,8 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
         only_heads.append(only_head)
     model.Add(pv.head_layers >= pv.virtual_var)
     # the other stages keep at least v layers each (the split can always be trimmed to the model's layers)
-    chunks = _product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * max(v for _, v in pv.schedule_chunks.values))
+    most_chunks = max(v for _, v in pv.schedule_chunks.values)
+    chunks = exact_product(model, "v*pp", pv.virtual_var, pv.pp_var, max_pp * most_chunks)
     model.Add(pv.head_layers + chunks - pv.virtual_var <= total_layers)
     n_used = sum(pv.used)
     excess = model.NewIntVar(0, max_pp, "layer_excess")  # pp: slots beyond the model's layers, trimmed (pp − 2 at most)
@@ -112,7 +108,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(excess <= pv.pp_var - 2).OnlyEnforceIf(lit)
     # none / dp: (pp − 1) stages of ``even`` layers and the head stage, for every used building.
     even = model.NewIntVar(1, total_layers, "even_layers")
-    even_slots = _product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
+    even_slots = exact_product(model, "even_slots", even, pv.pp_var, max_pp * total_layers)
     for b in range(n_b):
         for mode, lit in zip(modes.values, modes.lits, strict=True):
             if mode is not CrossBuilding.PP:
@@ -123,7 +119,7 @@ def add_placement_constraints(pv: PlanVars) -> dict[str, list[cp_model.IntVar]]:
             model.Add(even_slots - even + pv.head_layers - total_layers <= pv.pp_var - 2).OnlyEnforceIf(
                 [lit, *([pv.pp.lit(1).Not()] if 1 in pv.pp.values else [])])
     _break_symmetry(pv)
-    layers_pp = [_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
+    layers_pp = [exact_product(model, f"layers*pp[{b.name}]", pv.layers[i], pv.pp_var, max_pp * total_layers)
                  for i, b in enumerate(buildings)]
     pp_across = model.NewBoolVar("pipelines_span_buildings")
     model.Add(pp_across == sum(modes.lit(m) for m in (CrossBuilding.PP, CrossBuilding.PP_DP) if m in modes.values))
@@ -192,8 +188,8 @@ def _regular_stage_layers(pv: PlanVars, excess: cp_model.IntVar, even_excess: cp
             model.Add(times >= 2).OnlyEnforceIf(again)
             for mode, on in zip(modes.values, modes.lits, strict=True):
                 if mode is CrossBuilding.PP:
-                    stages_trims = _product(model, f"{which}_regular_stage_trims*stages[{name}]", times, regular[b],
-                                            total * max_pp)
+                    stages_trims = exact_product(model, f"{which}_regular_stage_trims*stages[{name}]", times,
+                                                 regular[b], total * max_pp)
                     # pass 1: the first stage needs Σ_{c<b} T_c + 1, the last Σ_{c<b} T_c + R_b; t ≥ 2: pass 1
                     # everywhere (Σ_c T_c), then t − 1 more on the last stage and t − 2 on every other stage of b
                     # (the last: (t − 1)·R_b; the first: (t − 1) + (t − 2)·(R_b − 1) = t·R_b − 2·R_b + 1)
