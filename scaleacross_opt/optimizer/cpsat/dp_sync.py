@@ -34,12 +34,11 @@ from .variables import PlanVars, Transport
 
 
 def pp_dp_tip(pv: PlanVars, coeffs: Coefficients, tip_end: cp_model.IntVar, pp_dp: cp_model.IntVar,
-              timed_layers: list[cp_model.IntVar], ring: tuple, moe_only: bool) -> tuple:
+              timed_layers: list[cp_model.IntVar], basis: SyncBasis, successors: RingEdges, moe_only: bool) -> tuple:
     """pp+dp: the V's tip is the last stage, in each group's last building b (≥ ``timed_layers[b]`` layers), and
     its DP ring joins those last buildings (not the first stage's first ones): its sync priced on that ring's
-    edges and slowest hop (``add_whole_tip_sync``'s case)."""
+    edges (with DP-across ``successors``) and slowest hop (``add_whole_tip_sync``'s case)."""
     model = pv.model
-    successors, inter_group, groups, inner, tree_ring = ring
     total = pv.instance.job.model_spec.layers
     closes = group_ends(pv, last=True)
     held = []
@@ -51,11 +50,11 @@ def pp_dp_tip(pv: PlanVars, coeffs: Coefficients, tip_end: cp_model.IntVar, pp_d
     layers = new_var(model, "v_pp_dp_tip_layers", total)
     model.AddMinEquality(layers, held)
     edges = successors + cyclic_successors(pv, closes, "last_stage_ring", [])
-    hop = ring_hop_us(pv, coeffs, edges, "last_stage_dp_ring_hop_us", inter_group)
+    hop = ring_hop_us(pv, coeffs, edges, "last_stage_dp_ring_hop_us", basis.inter_group)
     latency = new_var(model, "v_pp_dp_tip_bucket_latency_us")
-    (sync,) = add_dp_sync(pv, coeffs, edges, inter_group, hop, groups, [("v_pp_dp_tip_sync", layers, 1)], latency,
-                          inner, tree_ring)
-    experts = (expert_bucket_latency(pv, coeffs, groups, hop, tree_ring, [pp_dp], "v_pp_dp_tip_expert_latency_us")
+    (sync,) = add_dp_sync(pv, coeffs, basis, edges, hop, [("v_pp_dp_tip_sync", layers, 1)], latency, "last_stage_")
+    experts = (expert_bucket_latency(pv, coeffs, basis.groups, hop, basis.tree_ring, [pp_dp],
+                                     "v_pp_dp_tip_expert_latency_us")
                if moe_only and coeffs.model_expert_param_mib > 0 and pv.cross_algorithm is not None
                and max(pv.space.ep) > 1 else 0)
     return "v_pp_dp_tip", tip_end, [pp_dp], layers, sync, latency, experts
@@ -378,19 +377,36 @@ def expert_bucket_latency(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, 
     return latency
 
 
-def add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
-                inter_group: dict[tuple[int, int], cp_model.IntVar], ring_hop: cp_model.IntVar, groups: DpGroups,
-                spans: list[tuple[str, cp_model.IntVar, int]], bucket_latency: cp_model.IntVar,
-                inner: InnerRing | None, tree_ring: list[cp_model.IntVar] | None) -> list[cp_model.IntVar]:
-    """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of the first
-    stage's gradients: layers/per of its layers (µs; each span pays the collective's latency once, which
-    ``bucket_latency`` is bounded below by). ``tree_ring``: ``tree_runs_ring``."""
+@dataclass(frozen=True)
+class SyncBasis:
+    """What every DP sync span shares, whichever ring carries it (``sync_basis``): the DP group sizes
+    ``groups``; a layer's gradient KiB per GPU (``grad_kib``); the least latency of a sync inside a building
+    (``intra_latency``); ``all_several``: every used building holds ≥ 2 replicas of the stage; the mode literals
+    under which the DP group stays in a building (``whole_group``) or crosses buildings (``crossing``, with its
+    mode); the hierarchical inner ring; ``tree_ring`` (``tree_runs_ring``); pp+dp's pairs of buildings in
+    different groups (``inter_group``)."""
+
+    groups: DpGroups
+    grad_kib: cp_model.IntVar
+    intra_latency: cp_model.IntVar
+    all_several: cp_model.IntVar
+    whole_group: list[cp_model.IntVar]
+    crossing: list[tuple[CrossBuilding, cp_model.IntVar]]
+    inner: InnerRing | None
+    tree_ring: list[cp_model.IntVar] | None
+    inter_group: dict[tuple[int, int], cp_model.IntVar]
+
+
+def sync_basis(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, inner: InnerRing | None,
+               tree_ring: list[cp_model.IntVar] | None, inter_group: dict[tuple[int, int], cp_model.IntVar]
+               ) -> SyncBasis:
+    """The ``SyncBasis`` of the plan's DP syncs, its variables and their bounds posted once."""
     model = pv.model
     buildings = pv.instance.cluster.buildings
     intra_latency = new_var(model, "dp_intra_latency_us")
     grad_weights = [coeffs.grad_kib_per_layer[shape] for shape in pv.shape.values]
-    per_layer = new_var(model, "grad_kib_per_layer", max(grad_weights))
-    model.Add(per_layer == pv.shape.linear(grad_weights))
+    grad_kib = new_var(model, "grad_kib_per_layer", max(grad_weights))
+    model.Add(grad_kib == pv.shape.linear(grad_weights))
     several = []
     for b, building in enumerate(buildings):
         lit = model.NewBoolVar(f"replicas>=2[{building.name}]")
@@ -421,38 +437,48 @@ def add_dp_sync(pv: PlanVars, coeffs: Coefficients, successors: RingEdges,
                     [alg_lit, d_lit, mode_lit, all_several, *tp_when, *also])
     crossing = [(mode, pv.mode.lit(mode)) for mode in (CrossBuilding.DP, CrossBuilding.PP_DP)
                 if mode in pv.mode.values]
-    crosses = bool(crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
+    if inner is not None:  # the hierarchical inner ring's steps
+        model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
+    return SyncBasis(groups, grad_kib, intra_latency, all_several, whole_group, crossing, inner, tree_ring,
+                     inter_group)
+
+
+def add_dp_sync(pv: PlanVars, coeffs: Coefficients, basis: SyncBasis, successors: RingEdges,
+                ring_hop: cp_model.IntVar, spans: list[tuple[str, cp_model.IntVar, int]],
+                bucket_latency: cp_model.IntVar, ring: str = "") -> list[cp_model.IntVar]:
+    """Lower bounds of the time to sync, with nothing overlapping, each span (name, layers, per) of one stage's
+    gradients over the ring whose building edges are ``successors`` (named ``ring``): layers/per of its layers
+    (µs; each span pays the collective's latency once, which ``bucket_latency`` is bounded below by)."""
+    crosses = bool(basis.crossing) and pv.cross_transport is not None and pv.cross_algorithm is not None
     # A flat ring's tp groups hold one connection per DP member of an NVLink domain at the building edge (≤ the
     # domain's GPUs together); hierarchical outer rings one per GPU of the stage (≤ the larger end's GPUs).
     edges = [] if not crosses else [
         (transport, lit,
          slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_flat_route_us_per_mib[transport],
-                                   f"flat[{t}]", successors, inter_group),
+                                   f"{ring}flat[{t}]", successors, basis.inter_group),
          slowest_edge_us_per_layer(pv, coeffs.layer_grad_mib, coeffs.pair_route_us_per_mib[transport],
-                                   f"hierarchical[{t}]", successors, inter_group))
+                                   f"{ring}hierarchical[{t}]", successors, basis.inter_group))
         for t, (transport, lit) in enumerate(zip(pv.cross_transport.values, pv.cross_transport.lits, strict=True))]
-    if inner is not None:  # the hierarchical inner ring's steps
-        model.Add(intra_latency >= coeffs.intra_hop_us * (inner.members - 1))
-    model.Add(bucket_latency >= intra_latency)
-    return [span_sync(pv, coeffs, groups, span, per_layer, intra_latency, all_several, whole_group, crossing, edges,
-                      bucket_latency if i == 0 else None, inner, tree_ring, ring_hop) for i, span in enumerate(spans)]
+    pv.model.Add(bucket_latency >= basis.intra_latency)
+    return [span_sync(pv, coeffs, basis, span, edges, bucket_latency if i == 0 else None, ring_hop)
+            for i, span in enumerate(spans)]
 
 
-def span_sync(pv: PlanVars, coeffs: Coefficients, groups: DpGroups, span: tuple[str, cp_model.IntVar, int],
-              per_layer: cp_model.IntVar, intra_latency: cp_model.IntVar, all_several: cp_model.IntVar,
-              whole_group: list[cp_model.IntVar], crossing: list[tuple[CrossBuilding, cp_model.IntVar]],
+def span_sync(pv: PlanVars, coeffs: Coefficients, basis: SyncBasis, span: tuple[str, cp_model.IntVar, int],
               edges: list[tuple[Transport, cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]],
-              bucket_latency: cp_model.IntVar | None, inner: InnerRing | None,
-              tree_ring: list[cp_model.IntVar] | None, ring_hop: cp_model.IntVar) -> cp_model.IntVar:
+              bucket_latency: cp_model.IntVar | None, ring_hop: cp_model.IntVar) -> cp_model.IntVar:
     """One span of ``add_dp_sync``: intra (bytes × the transport's µs/byte × the ring of the group inside a
-    building) + latency, the crossing (below), and intra + cross for the hierarchical algorithm; the
-    crossing's latency also bounds ``bucket_latency`` below (when given). ``tree_ring``: ``tree_runs_ring``;
-    ``ring_hop``: ``ring_hop_us``, a flat algorithm's latency per step."""
+    building) + latency, the crossing (below; ``edges``: per transport, the ring's slowest flat and
+    hierarchical edge per layer), and intra + cross for the hierarchical algorithm; the crossing's latency also
+    bounds ``bucket_latency`` below (when given). ``ring_hop``: ``ring_hop_us``, a flat algorithm's latency per
+    step."""
     model = pv.model
+    groups, intra_latency, all_several, inner = basis.groups, basis.intra_latency, basis.all_several, basis.inner
+    whole_group, crossing, tree_ring = basis.whole_group, basis.crossing, basis.tree_ring
     name, layers, per = span
     total = new_var(model, f"{name}_total_us")
     intra = new_var(model, f"{name}_intra_us")
-    grad_kib = capped_product(model, f"{name}_grad_kib", layers, per_layer)  # × per
+    grad_kib = capped_product(model, f"{name}_grad_kib", layers, basis.grad_kib)  # × per
     for transport, lit in zip(pv.intra_transport.values, pv.intra_transport.lits, strict=True):
         base = int(SCALE * coeffs.intra_us_per_mib[transport])
         model.Add(1024 * SCALE * per * intra >= base * grad_kib).OnlyEnforceIf([lit, all_several])

@@ -96,6 +96,7 @@ from .dp_sync import (
     last_bucket_layers,
     more_buckets_latency,
     pp_dp_tip,
+    sync_basis,
 )
 from .pipeline_chains import (
     FirstStage,
@@ -512,8 +513,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
     sync_hop = (ring_hop_us(pv, coeffs, sync_edges, "first_stage_dp_ring_hop_us", inter_group)
                 if first_stage_edges else ring_hop)
     tree_ring = tree_runs_ring(pv)
-    dense_sync, *last_bucket = add_dp_sync(pv, coeffs, sync_edges, inter_group, sync_hop, groups, spans,
-                                           bucket_latency, inner, tree_ring)
+    basis = sync_basis(pv, coeffs, groups, inner, tree_ring, inter_group)
+    dense_sync, *last_bucket = add_dp_sync(pv, coeffs, basis, sync_edges, sync_hop, spans, bucket_latency)
     chunk_sync = new_var(model, "first_chunk_sync_us")
     moe_layers = chunk_moe_layers(pv, coeffs, chunk_layers, "first_chunk")
     model.Add(chunk_sync == dense_sync + expert_chunk_sync(pv, coeffs, moe_layers, "first_chunk"))
@@ -606,8 +607,8 @@ def add_objective(pv: PlanVars, coeffs: Coefficients, products: dict[str, list[c
         tip_cases.append(("v_whole_tip", whole_tip_end, whole, whole_tip_layers, whole_tip_sync, bucket_latency,
                           expert_latency if moe_only else 0))
     if whole_tip_syncs and pp_dp is not None:
-        tip_cases.append(pp_dp_tip(pv, coeffs, pp_dp_tip_end, pp_dp, products["timed_layers"],
-                                   (successors, inter_group, groups, inner, tree_ring), moe_only))
+        tip_cases.append(pp_dp_tip(pv, coeffs, pp_dp_tip_end, pp_dp, products["timed_layers"], basis, successors,
+                                   moe_only))
     if tip_cases:
         add_whole_tip_sync(pv, coeffs, step, tip_cases, whole_tip_syncs, (most_layers, layer_weight),
                            optimizer + gather_exposed)
